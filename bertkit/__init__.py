@@ -1,0 +1,40 @@
+"""bertkit: fine-tune pretrained BERT models with Keras.
+
+Public API::
+
+    import bertkit
+    model = bertkit.finetune("recipes/quickstart.yaml", training={"epochs": 1})
+    model = bertkit.load("runs/quickstart")
+    model.predict(["A warm, funny film."])
+
+Importing bertkit is cheap: TensorFlow and Keras load on first use.
+"""
+
+import os
+
+# TensorFlow leaves its oneDNN CPU kernels off on CPUs without AVX-512 unless asked;
+# they double CPU matmul throughput there. Only effective before TensorFlow is imported.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from bertkit.errors import UserError  # noqa: E402
+from bertkit.recipe import Recipe, load_recipe  # noqa: E402
+from bertkit.task import DataFiles, Features, NoOptions, Task  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["DataFiles", "Features", "NoOptions", "Recipe", "Task", "UserError", "finetune",
+           "load", "load_recipe"]
+
+
+def finetune(recipe, **kwargs):
+    """Fine-tunes a recipe; see `bertkit.training.finetune`."""
+    from bertkit.training import finetune as _finetune
+
+    return _finetune(recipe, **kwargs)
+
+
+def load(run_dir):
+    """Loads a fine-tuned model from its run directory; see `bertkit.finetuned.FineTunedModel`."""
+    from bertkit.finetuned import FineTunedModel
+
+    return FineTunedModel.load(run_dir)

@@ -1,0 +1,206 @@
+"""Pretrained BERT backbones: keras-hub's `BertBackbone` plus a matching tokenizer.
+
+Sources (`backbone.preset` in a recipe):
+- a keras-hub preset name (`bert_base_en_uncased`), `hf://org/name` or
+  `kaggle://...` handle: keras-hub downloads it (needs network);
+- a local keras-hub preset folder (what `save_to_preset` writes);
+- a local Hugging Face BERT folder (config.json, model.safetensors or
+  pytorch_model.bin, vocab.txt);
+- a local Google BERT TensorFlow checkpoint folder (bert_config.json,
+  bert_model.ckpt.*, vocab.txt), converted once into a cache folder;
+- `package:MODULE/SUBFOLDER`: a folder shipped inside an installed Python package.
+
+keras-hub's `BertBackbone` always builds its feed-forward layers with the tanh
+approximation of GELU and its Hugging Face converter ignores `hidden_act`.
+Checkpoints trained with the exact (erf) GELU (`hidden_act: gelu`, the
+Hugging Face default) then give outputs off by up to 4e-3, so we set the
+activation the checkpoint declares on each encoder layer after loading.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+from bertkit.errors import UserError
+from bertkit.tokenizer import WordPieceTokenizer, read_vocabulary, vocabulary_is_cased
+
+_EXACT_GELU = {"gelu", "gelu_python"}
+_KEY = "backbone.preset"
+
+
+@dataclasses.dataclass
+class PretrainedBackbone:
+    """A loaded backbone, its tokenizer, and where they came from."""
+
+    backbone: object  # keras_hub.models.BertBackbone
+    tokenizer: WordPieceTokenizer
+    hidden_act: str
+    weights_dir: Path | None = None  # Hugging Face folder holding extra (head) tensors
+
+    def checkpoint_tensors(self) -> dict:
+        """All tensors of a Hugging Face-format source (for pretrained heads), else {}."""
+        path = self.weights_dir and self.weights_dir / "model.safetensors"
+        if not path or not path.exists():
+            return {}
+        from safetensors.numpy import load_file
+
+        return load_file(str(path))
+
+
+def gelu_exact(x):
+    import keras
+
+    return keras.activations.gelu(x, approximate=False)
+
+
+def set_activation(backbone, hidden_act: str) -> None:
+    """Uses the GELU variant the checkpoint was trained with in every encoder layer."""
+    if hidden_act not in _EXACT_GELU:
+        return
+    for layer in backbone.transformer_layers:
+        layer.activation = gelu_exact
+        layer._feedforward_intermediate_dense.activation = gelu_exact
+
+
+def load_pretrained(preset: str, *, sequence_length: int, lowercase: bool | None = None,
+                    source=None) -> PretrainedBackbone:
+    """Loads a backbone and tokenizer from any supported source (see module docstring)."""
+    preset = _resolve_package_path(preset, source)
+    path = Path(preset).expanduser()
+    if path.is_dir():
+        loaded = _load_folder(path, source)
+    elif path.exists() or preset.startswith((".", "/", "~")):
+        raise UserError(f"'{preset}' is not a folder", source=source, key=_KEY)
+    else:
+        loaded = _load_named_preset(preset, source)
+    _check_sequence_length(loaded.backbone, sequence_length, source)
+    loaded.tokenizer = _with_lowercase(loaded.tokenizer, lowercase, preset, source)
+    set_activation(loaded.backbone, loaded.hidden_act)
+    return loaded
+
+
+def _resolve_package_path(preset: str, source) -> str:
+    if not preset.startswith("package:"):
+        return preset
+    module, _, subfolder = preset[len("package:"):].partition("/")
+    spec = importlib.util.find_spec(module) if module else None
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(f"no installed Python package '{module}' (from '{preset}')",
+                        source=source, key=_KEY)
+    return str(Path(next(iter(spec.submodule_search_locations))) / subfolder)
+
+
+def _load_folder(path: Path, source) -> PretrainedBackbone:
+    if (path / "metadata.json").exists():
+        return _load_keras_hub(str(path), source)
+    if (path / "bert_config.json").exists() or (path / "config.json").exists():
+        return _load_hugging_face(path, source)
+    raise UserError(f"'{path}' holds no BERT checkpoint: expected a keras-hub preset "
+                    "(metadata.json), a Hugging Face folder (config.json) or a Google BERT "
+                    "checkpoint (bert_config.json)", source=source, key=_KEY)
+
+
+def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
+    import keras_hub
+
+    from bertkit.checkpoints import prepare_hf_dir
+
+    hf_dir = Path(prepare_hf_dir(path, _cache_dir(path)))
+    config = json.loads((hf_dir / "config.json").read_text())
+    if config.get("model_type", "bert") != "bert":
+        raise UserError(f"'{path}' is a '{config['model_type']}' model, not BERT",
+                        source=source, key=_KEY)
+    for name in ("vocab.txt", "model.safetensors"):
+        if not (hf_dir / name).exists():
+            raise UserError(f"missing {name} in '{path}'", source=source, key=_KEY)
+    vocabulary = read_vocabulary(hf_dir / "vocab.txt")
+    tokenizer_config = hf_dir / "tokenizer_config.json"
+    settings = json.loads(tokenizer_config.read_text()) if tokenizer_config.exists() else {}
+    lowercase = settings.get("do_lower_case")
+    if lowercase is None:
+        lowercase = not vocabulary_is_cased(vocabulary)
+    backbone = keras_hub.models.BertBackbone.from_preset(str(hf_dir))
+    return PretrainedBackbone(backbone, WordPieceTokenizer(vocabulary, lowercase),
+                              config.get("hidden_act", "gelu"), hf_dir)
+
+
+def _cache_dir(path: Path) -> Path:
+    root = Path(os.environ.get("BERTKIT_CACHE", Path.home() / ".cache" / "bertkit"))
+    stamp = f"{path.resolve()}:{max(p.stat().st_mtime for p in path.iterdir())}"
+    return root / "converted" / hashlib.sha1(stamp.encode()).hexdigest()[:16]
+
+
+def _load_keras_hub(preset: str, source) -> PretrainedBackbone:
+    import keras_hub
+
+    try:
+        backbone = keras_hub.models.BertBackbone.from_preset(preset)
+        hub_tokenizer = keras_hub.models.BertTokenizer.from_preset(preset)
+    except (ValueError, OSError) as error:
+        raise UserError(f"cannot load keras-hub preset '{preset}': {error}",
+                        source=source, key=_KEY) from None
+    tokenizer = WordPieceTokenizer(list(hub_tokenizer.get_vocabulary()), hub_tokenizer.lowercase)
+    # keras-hub's own presets are built for, and evaluated with, its tanh GELU.
+    return PretrainedBackbone(backbone, tokenizer, "gelu_tanh")
+
+
+def _load_named_preset(preset: str, source) -> PretrainedBackbone:
+    import keras_hub
+
+    known = sorted(keras_hub.models.BertBackbone.presets)
+    if "://" not in preset and preset not in known:
+        close = difflib.get_close_matches(preset, known, n=1)
+        hint = f" did you mean '{close[0]}'?" if close else ""
+        raise UserError(f"unknown preset '{preset}';{hint} keras-hub BERT presets: "
+                        f"{', '.join(known)}; or give a local folder", source=source, key=_KEY)
+    try:
+        return _load_keras_hub(preset, source)
+    except UserError:
+        raise
+    except Exception as error:  # network failures surface as many exception types
+        raise UserError(f"cannot download preset '{preset}' ({type(error).__name__}: {error}); "
+                        "without network, give a local folder", source=source, key=_KEY) from None
+
+
+def _check_sequence_length(backbone, sequence_length: int, source) -> None:
+    if sequence_length > backbone.max_sequence_length:
+        raise UserError(f"{sequence_length} is more than the model's "
+                        f"{backbone.max_sequence_length} positions", source=source,
+                        key="backbone.sequence_length")
+
+
+def _with_lowercase(tokenizer: WordPieceTokenizer, lowercase, preset, source):
+    if lowercase is None or lowercase == tokenizer.lowercase:
+        return tokenizer
+    cased = vocabulary_is_cased(tokenizer.vocabulary)
+    if lowercase and cased or not lowercase and not cased:
+        kind = "cased" if cased else "uncased (lowercase)"
+        raise UserError(f"lowercase: {str(lowercase).lower()} contradicts the {kind} "
+                        f"vocabulary of '{preset}'", source=source, key="backbone.lowercase")
+    return WordPieceTokenizer(tokenizer.vocabulary, lowercase)
+
+
+# ---- run directories: the backbone's architecture travels with the fine-tuned weights
+def save_architecture(loaded: PretrainedBackbone, directory) -> None:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {"bert_backbone": loaded.backbone.get_config(), "hidden_act": loaded.hidden_act}
+    (directory / "backbone.json").write_text(json.dumps(config, indent=2))
+    loaded.tokenizer.save(directory)
+
+
+def load_architecture(directory) -> PretrainedBackbone:
+    """Rebuilds a backbone (random weights) and tokenizer saved by `save_architecture`."""
+    import keras_hub
+
+    directory = Path(directory)
+    config = json.loads((directory / "backbone.json").read_text())
+    backbone = keras_hub.models.BertBackbone.from_config(config["bert_backbone"])
+    set_activation(backbone, config["hidden_act"])
+    return PretrainedBackbone(backbone, WordPieceTokenizer.load(directory), config["hidden_act"])

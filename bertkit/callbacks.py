@@ -1,0 +1,76 @@
+"""Keras callbacks of a fine-tuning run: data order, evaluation, best model, metrics file."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import keras
+
+from bertkit.run_dir import write_json
+
+
+class SetEpoch(keras.callbacks.Callback):
+    """Tells the training batches which epoch starts, so their order follows it."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.batches = batches
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.batches.set_epoch(epoch)
+
+
+class Evaluate(keras.callbacks.Callback):
+    """Evaluates the task's metrics on the validation split after every epoch.
+
+    Adds them to the epoch logs as `val_<name>`, so the callbacks that follow
+    (best model, early stopping, TensorBoard) see them.
+    """
+
+    def __init__(self, evaluate_fn):
+        super().__init__()
+        self.evaluate_fn = evaluate_fn
+
+    def on_epoch_end(self, epoch, logs=None):
+        metrics = self.evaluate_fn(self.model)
+        for name, value in metrics.items():
+            if isinstance(value, (int, float)):
+                logs[f"val_{name}"] = float(value)
+
+
+class TrackRun(keras.callbacks.Callback):
+    """Writes metrics per epoch, keeps the best weights, and stops early.
+
+    Its state is rebuilt from the metrics history when a run resumes, so
+    resuming gives the same best epoch and patience as an uninterrupted run.
+    """
+
+    def __init__(self, run, monitor: str, mode: str, patience: int | None, history: list):
+        super().__init__()
+        self.run, self.monitor, self.mode, self.patience = run, monitor, mode, patience
+        self.history = list(history)
+        self._epoch_start = time.time()
+
+    def best(self) -> dict | None:
+        scored = [h for h in self.history if self.monitor in h]
+        if not scored:
+            return self.history[-1] if self.history else None
+        choose = max if self.mode == "max" else min
+        return choose(scored, key=lambda h: h[self.monitor])  # first of equals wins
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        record = {"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()
+                                        if isinstance(v, (int, float)) and math.isfinite(v)},
+                  "seconds": round(time.time() - self._epoch_start, 2)}
+        self.history.append(record)
+        if self.best() is record:
+            self.model.save_weights(self.run.weights_file)
+            self.run.set_status("running", best_epoch=record["epoch"])
+        write_json(self.run.metrics_file, {"monitor": self.monitor, "epochs": self.history})
+        best = self.best()
+        if self.patience and record["epoch"] - best["epoch"] >= self.patience:
+            self.model.stop_training = True

@@ -1,0 +1,149 @@
+"""The `bertkit` command: a thin layer over the Python API.
+
+Every user error prints one line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from bertkit.errors import UserError
+
+EXIT_USER_ERROR = 2
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except UserError as error:
+        print(f"bertkit: error: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("bertkit: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bertkit", description=__doc__.splitlines()[0])
+    parser.set_defaults(run=lambda args: parser.print_help())
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    def command(name, run, help_text):
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(run=run)
+        return sub
+
+    sub = command("finetune", _finetune, "fine-tune the model a recipe describes")
+    sub.add_argument("recipe", help="recipe YAML file")
+    _add_set(sub)
+    sub.add_argument("--output", metavar="DIR", help="run directory (replaces output_dir)")
+    sub.add_argument("--overwrite", action="store_true", help="replace a finished run")
+
+    sub = command("check", _check, "validate a recipe and print it fully resolved")
+    sub.add_argument("recipe")
+    _add_set(sub)
+
+    command("schema", _schema, "print the JSON Schema of recipes")
+    command("tasks", _tasks, "list the installed task plugins")
+
+    sub = command("evaluate", _evaluate, "evaluate a fine-tuned model on a labelled file")
+    sub.add_argument("run_dir")
+    sub.add_argument("--data", metavar="FILE", help="default: the recipe's validation file")
+
+    sub = command("predict", _predict, "predict on raw inputs; JSON lines out")
+    sub.add_argument("run_dir")
+    sub.add_argument("--input", metavar="FILE", default="-",
+                     help="one input per line: plain text or JSON; '-' reads stdin (default)")
+
+    sub = command("export", _export, "export a raw-text TensorFlow SavedModel")
+    sub.add_argument("run_dir")
+    sub.add_argument("--out", metavar="DIR", required=True)
+    return parser
+
+
+def _add_set(sub):
+    sub.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a recipe value, e.g. training.epochs=3 (repeatable)")
+
+
+def _finetune(args):
+    import bertkit
+
+    bertkit.finetune(args.recipe, overrides=args.overrides, output_dir=args.output,
+                     overwrite=args.overwrite)
+
+
+def _check(args):
+    from bertkit.recipe import load_recipe
+
+    print(load_recipe(args.recipe, args.overrides).to_yaml(), end="")
+
+
+def _schema(args):
+    from bertkit.recipe import recipe_json_schema
+
+    print(json.dumps(recipe_json_schema(), indent=2))
+
+
+def _tasks(args):
+    from bertkit.registry import describe_tasks
+
+    for info in describe_tasks():
+        if info.error:
+            print(f"{info.name:16} FAILED TO LOAD ({info.entry_point}, from {info.distribution}): "
+                  f"{info.error}")
+        else:
+            print(f"{info.name:16} {info.description}  [{info.distribution}]")
+
+
+def _evaluate(args):
+    import bertkit
+    from bertkit.run_dir import write_json
+
+    model = bertkit.load(args.run_dir)
+    metrics = model.evaluate(args.data)
+    print(model.task.format_metrics(metrics))
+    write_json(model.run.path / "evaluation.json", {"data": args.data or "validation",
+                                                    "metrics": metrics})
+
+
+def _predict(args):
+    import bertkit
+
+    model = bertkit.load(args.run_dir)
+    inputs = _read_inputs(args.input)
+    for prediction in model.predict(inputs):
+        print(json.dumps(prediction, ensure_ascii=False))
+
+
+def _read_inputs(path: str) -> list:
+    try:
+        handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError("file not found", source=path) from None
+    inputs = []
+    with handle:
+        for line in (text.rstrip("\n") for text in handle):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line) if line.lstrip()[:1] in "[{\"" else line
+            except json.JSONDecodeError:
+                value = line
+            inputs.append(value)
+    return inputs
+
+
+def _export(args):
+    import bertkit
+
+    path = bertkit.load(args.run_dir).export(args.out)
+    print(f"exported {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

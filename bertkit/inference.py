@@ -1,0 +1,40 @@
+"""Running a model over featurized rows and handing the outputs back per example."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bertkit.batching import inference_batches, pad_batch
+from bertkit.task import Features
+
+
+def predict_rows(task, model, features: Features, batch_size: int, buckets) -> dict:
+    """Model outputs for every row of `features`, in row order.
+
+    Returns name -> list of per-row arrays; outputs listed in
+    `task.sequence_outputs` are cut to each row's token count.
+    """
+    outputs: dict[str, list] = {}
+    lengths = features.lengths()
+    for rows in inference_batches(lengths, batch_size):
+        batch = pad_batch(features, rows, buckets)
+        inputs, _, _ = task.make_batch(batch, training=False, rng=None)
+        result = model.predict_on_batch(inputs)
+        if not isinstance(result, dict):
+            result = {"logits": result}
+        for name, values in result.items():
+            values = np.asarray(values)
+            per_row = outputs.setdefault(name, [None] * len(features))
+            for j, row in enumerate(rows):
+                cut = values[j, :lengths[row]] if name in task.sequence_outputs else values[j]
+                per_row[row] = cut
+    return outputs
+
+
+def predict_examples(task, model, examples: list, batch_size: int, buckets) -> list[dict]:
+    """Featurize, run and decode: user-facing predictions, one per example."""
+    if not examples:
+        return []
+    features = task.featurize(examples, training=False)
+    outputs = predict_rows(task, model, features, batch_size, buckets)
+    return task.decode(examples, features, outputs)

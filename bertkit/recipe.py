@@ -1,0 +1,269 @@
+"""Recipes: the YAML file that says what to fine-tune, on what, and how.
+
+Loading a recipe imports neither TensorFlow nor Keras, so a bad recipe is
+answered at once (`bertkit check`). A recipe names the task and overrides only
+what differs from the defaults below::
+
+    schema: 1
+    task: classification            # or {name: classification, <task options>}
+    backbone: {preset: ../models/minilm, sequence_length: 128}
+    data: {train: ../data/train.tsv, validation: ../data/dev.tsv, text: sentence}
+    training: {epochs: 3, batch_size: 32, learning_rate: 3.0e-5}
+    output_dir: ../runs/sst2
+
+Relative paths in a recipe resolve against the recipe's folder; relative paths
+given with `--set` or `--output` resolve against the current directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from bertkit import schema
+from bertkit.errors import UserError
+from bertkit.registry import load_task, task_names
+from bertkit.yaml_source import load_yaml, parse_scalar
+
+SCHEMA_VERSION = 1
+_field = dataclasses.field
+
+
+@dataclasses.dataclass(frozen=True)
+class BackboneConfig:
+    preset: str = _field(metadata={"help": "keras-hub preset name, hf://org/name, "
+                                           "package:module/folder, or a local folder (keras-hub "
+                                           "preset, Hugging Face BERT, or Google BERT checkpoint)"})
+    sequence_length: int = _field(default=128, metadata={
+        "min": 8, "max": 4096, "help": "longest model input in word pieces"})
+    lowercase: bool | None = _field(default=None, metadata={
+        "help": "lowercase and strip accents; null takes the checkpoint's setting"})
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    epochs: int = _field(default=3, metadata={"min": 1})
+    batch_size: int = _field(default=32, metadata={"min": 1})
+    eval_batch_size: int | None = _field(default=None, metadata={
+        "min": 1, "help": "defaults to 2 x batch_size"})
+    learning_rate: float = _field(default=3e-5, metadata={"min_exclusive": 0.0})
+    warmup_ratio: float = _field(default=0.1, metadata={"min": 0.0, "max": 1.0})
+    weight_decay: float = _field(default=0.01, metadata={
+        "min": 0.0, "help": "AdamW decay; never applied to biases and LayerNorm"})
+    max_grad_norm: float | None = _field(default=1.0, metadata={
+        "min_exclusive": 0.0, "help": "global-norm gradient clipping; null disables it"})
+    gradient_accumulation_steps: int = _field(default=1, metadata={"min": 1})
+    mixed_precision: Literal["bfloat16", "float16"] | None = None
+    jit_compile: bool | Literal["auto"] = _field(default="auto", metadata={
+        "help": "XLA; 'auto' uses it on GPUs only (it does not speed up CPU training)"})
+    seed: int = 42
+    early_stopping_patience: int | None = _field(default=None, metadata={
+        "min": 1, "help": "stop after this many epochs without a better validation metric"})
+    distribution: Literal["auto", "one_device", "mirrored"] = _field(default="auto", metadata={
+        "help": "tf.distribute strategy; 'auto' mirrors over all visible GPUs when there "
+                "are several, else one device"})
+    bucket_lengths: tuple[int, ...] | None = _field(default=None, metadata={
+        "help": "padded batch lengths to choose from; null: 16, 32, 64, 128, ... "
+                "up to sequence_length"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """A validated recipe; `task_options` and `data` are instances of the task's classes."""
+
+    schema: int
+    task: str
+    task_options: object
+    backbone: BackboneConfig
+    data: object
+    training: TrainingConfig
+    output_dir: str
+    source: str = "<recipe>"
+
+    def to_dict(self) -> dict:
+        """The fully resolved recipe, as written into the run directory."""
+        return {
+            "schema": self.schema,
+            "task": {"name": self.task, **schema.to_plain(self.task_options)},
+            "backbone": schema.to_plain(self.backbone),
+            "data": schema.to_plain(self.data),
+            "training": schema.to_plain(self.training),
+            "output_dir": self.output_dir,
+        }
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def task_class(self):
+        return load_task(self.task)
+
+
+_SECTIONS = ("schema", "task", "backbone", "data", "training", "output_dir")
+
+
+def load_recipe(recipe, overrides: list[str] | None = None, **sections) -> Recipe:
+    """Reads and validates a recipe file (or mapping), with overrides applied.
+
+    Args:
+        recipe: path of a YAML recipe, or a mapping with the same content.
+        overrides: `"training.epochs=3"`-style strings, as given to `--set`.
+        **sections: mappings merged into the recipe's sections, as in
+            `load_recipe("r.yaml", training={"epochs": 1})`.
+
+    Example:
+        >>> r = load_recipe({"schema": 1, "task": "classification",
+        ...                  "backbone": {"preset": "bert_tiny_en_uncased"},
+        ...                  "data": {"train": "train.tsv"}}, ["training.epochs=1"])
+        >>> r.task, r.training.epochs, r.training.batch_size
+        ('classification', 1, 32)
+    """
+    if isinstance(recipe, (str, Path)):
+        raw, lines = load_yaml(recipe)
+        origin = schema.Origin(str(recipe), lines, Path(recipe).resolve().parent)
+        default_output = Path("runs") / Path(recipe).stem
+    else:
+        raw, origin = copy.deepcopy(recipe), schema.Origin("<recipe>", {}, Path.cwd())
+        default_output = Path("runs") / "run"
+    if not isinstance(raw, dict):
+        raise UserError("a recipe is a mapping of sections: " + ", ".join(_SECTIONS),
+                        source=origin.source, line=1)
+    overridden = _apply_overrides(raw, overrides or [], sections)
+    override_origin = schema.Origin("--set", {}, Path.cwd())
+    return _build_recipe(raw, origin, override_origin, overridden, default_output)
+
+
+def _apply_overrides(raw: dict, overrides: list[str], sections: dict) -> set:
+    """Applies overrides in place; returns the key paths they set (for error locations)."""
+    touched = set()
+    for text in overrides:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"expected KEY=VALUE, got '{text}'", source="--set")
+        path = tuple(key.strip().split("."))
+        _set_path(raw, path, parse_scalar(value) if value.strip() else None, text)
+        touched.add(path)
+    for section, value in sections.items():
+        if isinstance(value, dict) and isinstance(raw.get(section), dict):
+            raw[section] = {**raw[section], **value}
+            touched.update((section, key) for key in value)
+        else:
+            raw[section] = value
+            touched.add((section,))
+    return touched
+
+
+def _set_path(raw: dict, path: tuple, value, text: str) -> None:
+    node = raw
+    for i, part in enumerate(path[:-1]):
+        child = node.get(part)
+        if child is None or isinstance(child, str) and (i, part) == (0, "task"):
+            child = {"name": child} if part == "task" and isinstance(child, str) else {}
+            node[part] = child
+        if not isinstance(child, dict):
+            raise UserError(f"'{'.'.join(path[:i + 1])}' is not a section", source="--set",
+                            key=".".join(path))
+        node = child
+    node[path[-1]] = value
+
+
+def _build_recipe(raw: dict, file_origin, override_origin, touched: set,
+                  default_output) -> Recipe:
+    origin = schema.MixedOrigin(file_origin, override_origin, touched)
+    for key in raw:
+        if key not in _SECTIONS:
+            message = schema._unknown_key_message(key, dict.fromkeys(_SECTIONS))
+            raise origin.error(message, (key,))
+    if "schema" not in raw:
+        raise origin.error(f"missing required key 'schema' (this bertkit reads schema "
+                           f"{SCHEMA_VERSION})", ("schema",))
+    if raw["schema"] != SCHEMA_VERSION:
+        raise origin.error(f"unsupported schema {raw['schema']!r}; this bertkit reads "
+                           f"schema {SCHEMA_VERSION}", ("schema",))
+    task_name, task_options = _task_section(raw, origin)
+    where = origin.error("", ("task",))
+    task_class = load_task(task_name, source=where.source, line=where.line)
+    for section in ("backbone", "data"):
+        if not isinstance(raw.get(section), dict):
+            problem = "missing required section" if raw.get(section) is None else "expected a mapping for"
+            raise origin.error(f"{problem} '{section}'", (section,))
+    data = schema.build(task_class.Data, raw["data"], origin, ("data",))
+    if data.train is None:
+        raise origin.error("missing required key 'train'", ("data", "train"))
+    backbone = schema.build(BackboneConfig, raw["backbone"], origin, ("backbone",))
+    backbone = _resolve_preset(backbone, origin.base_dir_for(("backbone", "preset")))
+    return Recipe(
+        schema=SCHEMA_VERSION,
+        task=task_name,
+        task_options=schema.build(task_class.Options, task_options, origin, ("task",)),
+        backbone=backbone,
+        data=data,
+        training=schema.build(TrainingConfig, raw.get("training") or {}, origin, ("training",)),
+        output_dir=_output_dir(raw, origin, default_output),
+        source=file_origin.source,
+    )
+
+
+def _output_dir(raw: dict, origin, default_output: Path) -> str:
+    if "output_dir" not in raw:
+        return str(default_output.resolve())
+    value = raw["output_dir"]
+    if not isinstance(value, str) or not value:
+        raise origin.error(f"expected a folder path, got {value!r}", ("output_dir",))
+    base = origin.base_dir_for(("output_dir",)) or Path.cwd()
+    return str((base / Path(value).expanduser()).resolve())
+
+
+def _task_section(raw: dict, origin) -> tuple[str, dict]:
+    task = raw.get("task")
+    if isinstance(task, str):
+        return task, {}
+    if isinstance(task, dict) and isinstance(task.get("name"), str):
+        return task["name"], {k: v for k, v in task.items() if k != "name"}
+    if task is None:
+        raise origin.error(f"missing required key 'task' (one of: {', '.join(task_names())})",
+                           ("task",))
+    raise origin.error("expected a task name or a mapping with 'name'", ("task",))
+
+
+def _resolve_preset(backbone: BackboneConfig, base_dir: Path | None) -> BackboneConfig:
+    preset = backbone.preset
+    looks_like_path = preset.startswith((".", "/", "~")) or ("/" in preset and ":" not in preset)
+    if looks_like_path and base_dir is not None:
+        resolved = (base_dir / Path(preset).expanduser()).resolve()
+        return dataclasses.replace(backbone, preset=str(resolved))
+    return backbone
+
+
+def recipe_json_schema() -> dict:
+    """JSON Schema of recipes for all installed tasks (for editor completion)."""
+    from bertkit.registry import describe_tasks
+
+    task_variants, data_variants = [], []
+    for info in describe_tasks():
+        if info.error:
+            continue
+        task_class = load_task(info.name)
+        options = schema.json_schema(task_class.Options)
+        options["properties"] = {"name": {"const": info.name}, **options["properties"]}
+        options["required"] = ["name", *options.get("required", [])]
+        task_variants += [{"const": info.name}, options]
+        data_variants.append(schema.json_schema(task_class.Data))
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "bertkit recipe",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["schema", "task", "backbone", "data"],
+        "properties": {
+            "schema": {"const": SCHEMA_VERSION},
+            "task": {"anyOf": task_variants},
+            "backbone": schema.json_schema(BackboneConfig),
+            "data": {"anyOf": data_variants},
+            "training": schema.json_schema(TrainingConfig),
+            "output_dir": {"type": "string"},
+        },
+    }

@@ -1,0 +1,169 @@
+"""The Task contract: everything that differs between fine-tuning tasks.
+
+A task plugin is one class deriving from `Task`, registered in the
+`bertkit.tasks` entry-point group. The core owns the rest: recipes, backbone
+loading, tokenizer, batching, the Keras `fit()` loop, checkpoints, evaluation
+schedule, run directories, the CLI and SavedModel export.
+
+What a task declares, each as a small piece:
+
+=====================  ====================================================
+`name`, `description`  registry name and the one line `bertkit tasks` shows
+`Options`              frozen dataclass of task options (recipe `task:` keys)
+`Data`                 frozen dataclass of data options, subclass of `DataFiles`
+`monitor`, `mode`      the evaluation metric that picks the best checkpoint
+`read`                 file -> examples (raise `UserError` with file and line)
+`fit_state`            train examples -> JSON state saved with the model (labels)
+`featurize`            examples -> `Features` (tokenized rows, windows included)
+`make_batch`           padded batch -> (inputs, targets, sample_weights)
+`build_model`          backbone -> Keras model with the head (keras.ops only)
+`loss`, `metrics`      Keras loss and progress-bar metrics
+`decode`               model outputs -> user-facing predictions per example
+`evaluate`             examples + predictions -> metrics dict
+`parse_input`          one raw user input (str, pair, dict) -> example
+`serving_inputs`,      the exported SavedModel signature: raw strings in,
+`serve`                decoded outputs out, in TensorFlow ops
+=====================  ====================================================
+
+Heavy imports (TensorFlow, Keras) belong inside methods, so that validating a
+recipe, which imports the task class, stays fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class DataFiles:
+    """The `data:` section every task shares; tasks subclass it to add reader options."""
+
+    train: str | None = dataclasses.field(
+        default=None, metadata={"path": True, "help": "training file"})
+    validation: str | None = dataclasses.field(
+        default=None, metadata={"path": True, "help": "validation file, evaluated every epoch"})
+    test: str | None = dataclasses.field(
+        default=None, metadata={"path": True, "help": "test file, evaluated once at the end"})
+    format: str = dataclasses.field(
+        default="auto", metadata={"help": "file format; 'auto' picks it from the file name"})
+
+
+@dataclasses.dataclass(frozen=True)
+class NoOptions:
+    """A task without options."""
+
+
+@dataclasses.dataclass
+class Features:
+    """Tokenized model rows, unpadded; several rows may come from one example (windows).
+
+    Attributes:
+        columns: name -> per-row values. `token_ids` and `segment_ids` are
+            required; a column is either a list of 1-D arrays as long as the row's
+            `token_ids` (padded at batching time with `pad_values[name]`, default 0)
+            or a 1-D array with one value per row.
+        example_index: for each row, the index of the example it came from.
+        pad_values: padding value per sequence column.
+        extras: anything `decode` needs and the model does not (offsets, ...).
+    """
+
+    columns: dict
+    example_index: np.ndarray
+    pad_values: dict = dataclasses.field(default_factory=dict)
+    extras: dict = dataclasses.field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.columns["token_ids"])
+
+    def lengths(self) -> np.ndarray:
+        return np.fromiter((len(ids) for ids in self.columns["token_ids"]), dtype=np.int64,
+                           count=len(self))
+
+    def is_sequence(self, name: str) -> bool:
+        return isinstance(self.columns[name], list)
+
+
+class Task:
+    """Base class of task plugins; see the module docstring for the contract.
+
+    Args:
+        options: an instance of `Options`.
+        data: an instance of `Data`.
+        tokenizer: the backbone's `bertkit.tokenizer.WordPieceTokenizer`.
+        sequence_length: longest model input, in word pieces.
+        state: what `fit_state` returned at training time (empty before).
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    Options: ClassVar[type] = NoOptions
+    Data: ClassVar[type] = DataFiles
+    monitor: ClassVar[str] = "loss"
+    mode: ClassVar[str] = "max"
+    # Model outputs with one value per token; `decode` gets them cut to each row's length.
+    sequence_outputs: ClassVar[tuple] = ()
+
+    def __init__(self, options, data, tokenizer, sequence_length: int, state: dict | None = None):
+        self.options = options
+        self.data = data
+        self.tokenizer = tokenizer
+        self.sequence_length = sequence_length
+        self.state = dict(state or {})
+
+    # ---- data
+    def read(self, path: str) -> list:
+        raise NotImplementedError
+
+    def fit_state(self, train_examples: list) -> dict:
+        return {}
+
+    def featurize(self, examples: list, training: bool) -> Features:
+        raise NotImplementedError
+
+    def make_batch(self, batch: dict, training: bool, rng: np.random.Generator):
+        """(inputs, targets, sample_weights) for Keras from a padded batch of columns."""
+        inputs = {key: batch[key] for key in ("token_ids", "segment_ids", "padding_mask")}
+        return inputs, batch.get("labels"), None
+
+    # ---- model
+    def build_model(self, backbone):
+        raise NotImplementedError
+
+    def initialize_head(self, model, checkpoint_tensors: dict) -> None:
+        """Loads head weights shipped with the pretrained checkpoint, if the task has any."""
+
+    def loss(self):
+        raise NotImplementedError
+
+    def metrics(self) -> list:
+        return []
+
+    # ---- outputs
+    def decode(self, examples: list, features: Features, outputs: dict) -> list[dict]:
+        raise NotImplementedError
+
+    def evaluate(self, examples: list, predictions: list[dict]) -> dict:
+        raise NotImplementedError
+
+    def format_metrics(self, metrics: dict) -> str:
+        return "\n".join(f"{key}: {value:.4f}" for key, value in metrics.items()
+                         if isinstance(value, (int, float)))
+
+    def parse_input(self, value):
+        """One user input (a string, a pair, a dict) -> an example `decode` can answer."""
+        raise NotImplementedError
+
+    def after_training(self, model, backbone, run_dir) -> None:
+        """Extra artifacts written at the end of a run (MLM writes a backbone preset)."""
+
+    # ---- export
+    def serving_inputs(self) -> dict:
+        """name -> tf.TensorSpec of the raw inputs of the exported signature."""
+        raise NotImplementedError
+
+    def serve(self, model, inputs: dict) -> dict:
+        """Raw string tensors -> decoded output tensors, in TensorFlow ops."""
+        raise NotImplementedError

@@ -1,0 +1,198 @@
+"""`finetune`: recipe -> fine-tuned model, run directory and SavedModel, with Keras `fit`."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+from bertkit.errors import UserError
+from bertkit.recipe import Recipe, load_recipe
+from bertkit.run_dir import FINISHED, RunDirectory, read_json, write_json
+
+
+def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None,
+             verbose: int | None = None, **sections):
+    """Fine-tunes the model a recipe describes; returns the `FineTunedModel`.
+
+    Args:
+        recipe: a recipe file path, a mapping, or a `Recipe`.
+        output_dir: run directory, replacing the recipe's `output_dir`.
+        overwrite: replace a finished run in the output directory.
+        overrides: `--set`-style strings, e.g. `["training.epochs=1"]`.
+        verbose: Keras progress output (default: a bar on a terminal, else a line per epoch).
+        **sections: recipe sections to merge, e.g. `training={"epochs": 1}`.
+
+    An interrupted run (Ctrl-C, kill) resumes from its last finished epoch when
+    called again with the same recipe and output directory.
+
+    Example:
+        >>> import bertkit
+        >>> model = bertkit.finetune("recipes/quickstart.yaml",
+        ...                          training={"epochs": 1})  # doctest: +SKIP
+        >>> model.predict(["What a delight."])[0]["label"]  # doctest: +SKIP
+        'positive'
+    """
+    if not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe, overrides, **sections)
+    if output_dir is not None:
+        recipe = dataclasses.replace(recipe, output_dir=str(Path(output_dir).resolve()))
+    run = RunDirectory(recipe.output_dir)
+    resuming = run.prepare(recipe.to_yaml(), overwrite)
+    return _Trainer(recipe, run, resuming, verbose).execute()
+
+
+class _Trainer:
+    """One run's steps, top to bottom: data, model, fit, final evaluation, export."""
+
+    def __init__(self, recipe: Recipe, run: RunDirectory, resuming: bool, verbose):
+        self.recipe, self.run, self.resuming = recipe, run, resuming
+        self.training = recipe.training
+        self.verbose = verbose if verbose is not None else (1 if sys.stdout.isatty() else 2)
+
+    def execute(self):
+        import keras
+
+        from bertkit.backbone import load_pretrained, save_architecture
+        from bertkit.batching import TrainingBatches, bucket_lengths
+        from bertkit.finetuned import FineTunedModel, task_description
+
+        started = time.time()
+        recipe, training = self.recipe, self.training
+        keras.utils.set_random_seed(training.seed)
+        if training.mixed_precision:
+            keras.config.set_dtype_policy(f"mixed_{training.mixed_precision}")
+
+        # ---- data (read before the model loads: data errors come fast)
+        task_class = recipe.task_class()
+        task = task_class(recipe.task_options, recipe.data, None, recipe.backbone.sequence_length)
+        train_examples = task.read(recipe.data.train)
+        if not train_examples:
+            raise UserError("no training examples", source=recipe.data.train)
+        validation = task.read(recipe.data.validation) if recipe.data.validation else None
+        task.state = self._task_state(task, train_examples)
+
+        # ---- backbone, features, model
+        pretrained = load_pretrained(recipe.backbone.preset,
+                                     sequence_length=recipe.backbone.sequence_length,
+                                     lowercase=recipe.backbone.lowercase, source=recipe.source)
+        task.tokenizer = pretrained.tokenizer
+        buckets = bucket_lengths(recipe.backbone.sequence_length, training.bucket_lengths)
+        eval_batch_size = training.eval_batch_size or 2 * training.batch_size
+        description = task_description(task, recipe.backbone.sequence_length,
+                                       training.batch_size, buckets)
+        batches = TrainingBatches(task, task.featurize(train_examples, training=True),
+                                  training.batch_size, buckets, training.seed)
+        with _strategy_scope(training.distribution):
+            model = task.build_model(pretrained.backbone)
+            task.initialize_head(model, pretrained.checkpoint_tensors())
+            from bertkit.optimization import make_optimizer
+
+            model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
+                          metrics=task.metrics(), jit_compile=_jit_compile(training.jit_compile))
+        save_architecture(pretrained, self.run.model_dir)
+        write_json(self.run.task_file, description)
+        finetuned = FineTunedModel(self.run, task, model, description)
+
+        # ---- fit
+        evaluate = self._evaluator(task, validation, eval_batch_size, buckets)
+        history = self._fit(model, task, batches, evaluate)
+
+        # ---- best weights, final evaluation, report, export
+        model.load_weights(self.run.weights_file)
+        final = {}
+        if validation:
+            final["validation"] = evaluate(model)
+        if recipe.data.test:
+            final["test"] = finetuned.evaluate(recipe.data.test, eval_batch_size)
+        self._write_results(history, final, time.time() - started)
+        task.after_training(model, pretrained.backbone, self.run)
+        if self.run.saved_model_dir.exists():
+            import shutil
+
+            shutil.rmtree(self.run.saved_model_dir)  # from an interrupted export of this run
+        finetuned.export(self.run.saved_model_dir)
+        self.run.set_status(FINISHED)
+        return finetuned
+
+    def _task_state(self, task, train_examples) -> dict:
+        if self.resuming and self.run.task_file.exists():
+            return read_json(self.run.task_file)["state"]
+        return task.fit_state(train_examples)
+
+    def _evaluator(self, task, examples, batch_size, buckets):
+        from bertkit.inference import predict_rows
+
+        if not examples:
+            return None
+        features = task.featurize(examples, training=False)  # once, reused every epoch
+
+        def evaluate(model):
+            outputs = predict_rows(task, model, features, batch_size, buckets)
+            return task.evaluate(examples, task.decode(examples, features, outputs))
+
+        return evaluate
+
+    def _fit(self, model, task, batches, evaluate) -> list[dict]:
+        import keras
+
+        from bertkit.callbacks import Evaluate, SetEpoch, TrackRun
+
+        initial_epoch = self.run.resumed_epoch() if self.resuming else 0
+        history = []
+        if initial_epoch and self.run.metrics_file.exists():
+            history = read_json(self.run.metrics_file)["epochs"][:initial_epoch]
+        monitor, mode = (f"val_{task.monitor}", task.mode) if evaluate else ("loss", "min")
+        callbacks = [SetEpoch(batches)]
+        if evaluate:
+            callbacks.append(Evaluate(evaluate))
+        tracker = TrackRun(self.run, monitor, mode, self.training.early_stopping_patience,
+                           history)
+        callbacks += [tracker, keras.callbacks.BackupAndRestore(str(self.run.checkpoint_dir))]
+        if keras.backend.backend() == "tensorflow":
+            callbacks.append(keras.callbacks.TensorBoard(str(self.run.logs_dir), profile_batch=0))
+        if initial_epoch:
+            print(f"resuming {self.run.path} after epoch {initial_epoch}", file=sys.stderr)
+        model.fit(batches.as_dataset(), epochs=self.training.epochs, callbacks=callbacks,
+                  verbose=self.verbose, shuffle=False)  # batches are shuffled per epoch
+        return tracker.history
+
+    def _write_results(self, history, final, seconds) -> None:
+        from bertkit.report import plot_learning_curve, write_report
+
+        monitor = read_json(self.run.metrics_file)["monitor"]
+        write_json(self.run.metrics_file, {"monitor": monitor, "epochs": history, "final": final})
+        plot_learning_curve(history, self.run.path / "learning_curve.png")
+        write_report(self.run.path / "report.md", recipe=self.recipe.to_dict(), history=history,
+                     final=final, monitor=monitor, seconds=seconds)
+        for split, metrics in final.items():
+            shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()
+                              if isinstance(v, (int, float)))
+            print(f"{split}: {shown}")
+
+
+def _jit_compile(setting):
+    if setting != "auto":
+        return setting
+    import keras
+
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return bool(tf.config.list_logical_devices("GPU"))
+    return keras.backend.backend() == "jax"
+
+
+def _strategy_scope(kind: str):
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        return contextlib.nullcontext()
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    if kind == "mirrored" or (kind == "auto" and len(gpus) > 1):
+        return tf.distribute.MirroredStrategy().scope()
+    return contextlib.nullcontext()

@@ -1,0 +1,104 @@
+"""Safe YAML loading that remembers the line of every key.
+
+Recipes are loaded with PyYAML's safe constructors only: a `!!python/...` tag is
+an error, never executed. Each value's line is kept so that every later
+validation error can say `recipe.yaml:12: training.learning_rate: ...`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from bertkit.errors import UserError
+
+KeyPath = tuple  # ("training", "learning_rate")
+
+
+class RecipeLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading `3e-5` as a number as YAML 1.2 does (1.1 wants `3.0e-5`)."""
+
+
+RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def parse_scalar(text: str):
+    """A command-line value as YAML would read it: `3` -> 3, `3e-5` -> 3e-05, `null` -> None."""
+    return yaml.load(text, Loader=RecipeLoader)
+
+
+def load_yaml(path) -> tuple[object, dict[KeyPath, int]]:
+    """Reads a YAML file into plain Python values plus a {key path: line} map.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "r.yaml")
+        >>> _ = open(path, "w").write("a:\\n  b: 3\\n")
+        >>> load_yaml(path)
+        ({'a': {'b': 3}}, {(): 1, ('a',): 1, ('a', 'b'): 2})
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError("file not found", source=path) from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"cannot read file: {error}", source=path) from None
+    return parse_yaml(text, source=path)
+
+
+def parse_yaml(text: str, source="<string>") -> tuple[object, dict[KeyPath, int]]:
+    """Parses YAML text; see `load_yaml`."""
+    loader = RecipeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, {(): 1}
+        lines: dict[KeyPath, int] = {}
+        return _to_python(loader, node, (), lines, source), lines
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = mark.line + 1 if mark else None
+        problem = error.problem or str(error)
+        if "could not determine a constructor" in problem:
+            tag = problem.split("tag ")[-1]
+            raise UserError(f"unsupported YAML tag {tag}; recipes are plain data",
+                            source=source, line=line) from None
+        raise UserError(f"invalid YAML: {problem}", source=source, line=line) from None
+    except yaml.YAMLError as error:
+        raise UserError(f"invalid YAML: {error}", source=source) from None
+    finally:
+        loader.dispose()
+
+
+_PLAIN_TAGS = {yaml.MappingNode: "tag:yaml.org,2002:map", yaml.SequenceNode: "tag:yaml.org,2002:seq"}
+
+
+def _to_python(loader, node, path: KeyPath, lines: dict, source):
+    lines[path] = node.start_mark.line + 1
+    if type(node) in _PLAIN_TAGS and node.tag != _PLAIN_TAGS[type(node)]:
+        raise UserError(f"unsupported YAML tag '{node.tag}'; recipes are plain data",
+                        source=source, line=node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        loader.flatten_mapping(node)
+        mapping = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                raise UserError(f"keys must be names, got {key!r}",
+                                source=source, line=key_node.start_mark.line + 1)
+            if key in mapping:
+                raise UserError(f"duplicate key '{key}'", source=source,
+                                line=key_node.start_mark.line + 1, key=".".join(path + (key,)))
+            mapping[key] = _to_python(loader, value_node, path + (key,), lines, source)
+            lines[path + (key,)] = key_node.start_mark.line + 1
+        return mapping
+    if isinstance(node, yaml.SequenceNode):
+        return [_to_python(loader, item, path + (i,), lines, source)
+                for i, item in enumerate(node.value)]
+    return loader.construct_object(node, deep=True)

@@ -1,0 +1,170 @@
+"""Sequence classification: [CLS] -> dropout -> dense softmax, for single texts and pairs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from bertkit.errors import UserError
+from bertkit.metrics import confusion_matrix, macro_f1, matthews_corrcoef
+from bertkit.tabular import detect_format, read_rows
+from bertkit.task import DataFiles, Features, Task
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationOptions:
+    labels: tuple[str, ...] | None = dataclasses.field(default=None, metadata={
+        "help": "the label set, in output order; default: the labels of the training data"})
+    dropout: float = dataclasses.field(default=0.1, metadata={"min": 0.0, "max": 0.9})
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationData(DataFiles):
+    text: str = dataclasses.field(default="text", metadata={"help": "column of the text"})
+    text_pair: str | None = dataclasses.field(default=None, metadata={
+        "help": "column of the second text, for sentence-pair tasks"})
+    label: str = dataclasses.field(default="label", metadata={"help": "column of the label"})
+
+
+@dataclasses.dataclass(frozen=True)
+class TextExample:
+    text: str
+    text_pair: str | None = None
+    label: str | None = None
+    source: str | None = None
+    line: int | None = None
+
+
+class ClassificationTask(Task):
+    """Classifies texts or text pairs from BERT's pooled [CLS] output.
+
+    Predictions are `{"label": str, "score": float, "probabilities": {label: float}}`;
+    metrics are accuracy, macro-F1 and, for two classes, Matthews correlation.
+    """
+
+    name = "classification"
+    description = "Text and text-pair classification from the [CLS] token (accuracy, F1, MCC)."
+    Options = ClassificationOptions
+    Data = ClassificationData
+    monitor = "accuracy"
+
+    # ---- data
+    def read(self, path):
+        columns = [self.data.text, self.data.label]
+        if self.data.text_pair:
+            columns.insert(1, self.data.text_pair)
+        fmt = detect_format(path, self.data.format)
+        return [TextExample(str(row[self.data.text]),
+                            str(row[self.data.text_pair]) if self.data.text_pair else None,
+                            str(row[self.data.label]), str(path), line)
+                for line, row in read_rows(path, fmt, columns)]
+
+    def fit_state(self, train_examples):
+        labels = self.options.labels or _sorted_labels({e.label for e in train_examples})
+        return {"labels": list(labels)}
+
+    @property
+    def labels(self) -> list[str]:
+        return self.state["labels"]
+
+    def featurize(self, examples, training):
+        pairs = [e.text_pair for e in examples] if self.data.text_pair else None
+        if pairs is None and any(e.text_pair is not None for e in examples):
+            pairs = [e.text_pair or "" for e in examples]
+        token_ids, segment_ids = self.tokenizer.encode(
+            [e.text for e in examples], pairs, sequence_length=self.sequence_length)
+        label_ids = np.array([self._label_id(e) for e in examples], dtype=np.int32)
+        return Features({"token_ids": token_ids, "segment_ids": segment_ids, "labels": label_ids},
+                        example_index=np.arange(len(examples)))
+
+    def _label_id(self, example) -> int:
+        if example.label is None:
+            return 0  # prediction: no target
+        try:
+            return self.labels.index(example.label)
+        except ValueError:
+            raise UserError(f"unknown label '{example.label}'; the model knows: "
+                            f"{', '.join(self.labels)}", source=example.source, line=example.line,
+                            key=self.data.label) from None
+
+    # ---- model
+    def build_model(self, backbone):
+        import keras
+
+        pooled = backbone.output["pooled_output"]  # (batch, hidden)
+        x = keras.layers.Dropout(self.options.dropout, name="classifier_dropout")(pooled)
+        logits = keras.layers.Dense(
+            len(self.labels), name="classifier",
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02))(x)
+        return keras.Model(backbone.input, logits, name="bert_classifier")
+
+    def loss(self):
+        import keras
+
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def metrics(self):
+        import keras
+
+        return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+    # ---- outputs
+    def decode(self, examples, features, outputs):
+        logits = np.stack(outputs["logits"]).astype(np.float64)
+        probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probabilities /= probabilities.sum(axis=1, keepdims=True)
+        return [{"label": self.labels[int(p.argmax())], "score": float(p.max()),
+                 "probabilities": dict(zip(self.labels, map(float, p)))}
+                for p in probabilities]
+
+    def evaluate(self, examples, predictions):
+        gold = np.array([self._label_id(e) for e in examples])
+        predicted = np.array([self.labels.index(p["label"]) for p in predictions])
+        matrix = confusion_matrix(gold, predicted, len(self.labels))
+        metrics = {"accuracy": float((gold == predicted).mean()), "macro_f1": macro_f1(matrix)}
+        if len(self.labels) == 2:
+            metrics["mcc"] = matthews_corrcoef(matrix)
+        return metrics
+
+    def parse_input(self, value):
+        if isinstance(value, str):
+            return TextExample(value)
+        if isinstance(value, (list, tuple)) and len(value) == 2:
+            return TextExample(str(value[0]), str(value[1]))
+        if isinstance(value, dict):
+            text = value.get(self.data.text, value.get("text"))
+            pair = value.get(self.data.text_pair or "text_pair", value.get("text_pair"))
+            if isinstance(text, str):
+                return TextExample(text, pair)
+        raise UserError(f"expected a text, a [text, text_pair] pair or an object with "
+                        f"'{self.data.text}', got {value!r:.80}")
+
+    # ---- export
+    def serving_inputs(self):
+        import tensorflow as tf
+
+        names = ["text", "text_pair"] if self.data.text_pair else ["text"]
+        return {name: tf.TensorSpec([None], tf.string, name=name) for name in names}
+
+    def serve(self, model, inputs):
+        import tensorflow as tf
+
+        segments = [self.tokenizer.tokenize(inputs[name]) for name in sorted(inputs)]
+        token_ids, segment_ids = self.tokenizer.pack(segments, self.sequence_length)
+        model_inputs = {"token_ids": token_ids.to_tensor(), "segment_ids": segment_ids.to_tensor(),
+                        "padding_mask": tf.ones_like(token_ids).to_tensor()}
+        probabilities = tf.nn.softmax(tf.cast(model(model_inputs, training=False), tf.float32))
+        best = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
+        return {"label": tf.gather(tf.constant(self.labels), best),
+                "score": tf.reduce_max(probabilities, axis=-1),
+                "probabilities": probabilities,
+                "label_names": tf.broadcast_to(tf.constant(self.labels),
+                                               tf.shape(probabilities))}
+
+
+def _sorted_labels(labels: set) -> list[str]:
+    """Numeric labels in numeric order ("2" before "10"), others alphabetically."""
+    if all(label.lstrip("-").isdigit() for label in labels):
+        return sorted(labels, key=int)
+    return sorted(labels)

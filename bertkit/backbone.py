@@ -31,6 +31,7 @@ from bertkit.errors import UserError
 from bertkit.tokenizer import WordPieceTokenizer, read_vocabulary, vocabulary_is_cased
 
 _EXACT_GELU = {"gelu", "gelu_python"}
+PRESET_MARKER = "bertkit_backbone.json"  # in presets bertkit writes: the GELU variant
 _KEY = "backbone.preset"
 
 
@@ -146,8 +147,10 @@ def _load_keras_hub(preset: str, source) -> PretrainedBackbone:
         raise UserError(f"cannot load keras-hub preset '{preset}': {error}",
                         source=source, key=_KEY) from None
     tokenizer = WordPieceTokenizer(list(hub_tokenizer.get_vocabulary()), hub_tokenizer.lowercase)
-    # keras-hub's own presets are built for, and evaluated with, its tanh GELU.
-    return PretrainedBackbone(backbone, tokenizer, "gelu_tanh")
+    # keras-hub's own presets use its tanh GELU; presets bertkit writes say what they need.
+    marker = Path(preset) / PRESET_MARKER
+    hidden_act = json.loads(marker.read_text())["hidden_act"] if marker.exists() else "gelu_tanh"
+    return PretrainedBackbone(backbone, tokenizer, hidden_act)
 
 
 def _load_named_preset(preset: str, source) -> PretrainedBackbone:
@@ -184,6 +187,19 @@ def _with_lowercase(tokenizer: WordPieceTokenizer, lowercase, preset, source):
         raise UserError(f"lowercase: {str(lowercase).lower()} contradicts the {kind} "
                         f"vocabulary of '{preset}'", source=source, key="backbone.lowercase")
     return WordPieceTokenizer(tokenizer.vocabulary, lowercase)
+
+
+def save_preset(backbone, tokenizer: WordPieceTokenizer, hidden_act: str, directory) -> Path:
+    """Writes a keras-hub preset folder that any recipe can use as `backbone.preset`."""
+    import keras_hub
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    backbone.save_to_preset(str(directory))
+    keras_hub.models.BertTokenizer(vocabulary=tokenizer.vocabulary,
+                                   lowercase=tokenizer.lowercase).save_to_preset(str(directory))
+    (directory / PRESET_MARKER).write_text(json.dumps({"hidden_act": hidden_act}))
+    return directory
 
 
 # ---- run directories: the backbone's architecture travels with the fine-tuned weights

@@ -1,0 +1,130 @@
+"""Chunk decoding in TensorFlow ops: label ids in, entities out, inside a SavedModel.
+
+Evaluation (`bertkit.conlleval.extract_chunks`), Python prediction and the
+exported model must agree on where an entity starts and ends. So the rule is not
+written a second time: `chunk_boundary_tables` asks `chunk_starts` and
+`chunk_ends` about every pair of labels once, and `decode_chunks` only looks
+the answers up, with `tf.gather_nd` and ragged ops that trace into a graph.
+
+Table convention: with `L = len(labels)`, both tables have shape `[L + 1, L + 1]`
+and are indexed `[previous_label_id, label_id]`; index `L` stands for the edge
+of the sentence (before its first word and after its last), which conlleval
+reads as an `O`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from bertkit.conlleval import OUTSIDE, chunk_ends, chunk_starts, split_tag
+
+
+def chunk_boundary_tables(labels: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Where chunks start and end, for every (previous label, label) pair.
+
+    Args:
+        labels: the tag of each label id, e.g. `["O", "B-PER", "I-PER"]`.
+
+    Returns:
+        `(starts, ends)`, bool arrays of shape `[L + 1, L + 1]` (see the module
+        docstring): `starts[p, t]` says a chunk starts at a word labelled `t`
+        after one labelled `p`; `ends[p, t]` says the chunk holding the word
+        labelled `p` ends before a word labelled `t`.
+
+    Raises:
+        ValueError: a label is not `O` or B-/I-/E-/S- and a type.
+
+    Example:
+        >>> starts, ends = chunk_boundary_tables(["O", "B-PER", "I-PER"])
+        >>> starts.shape, bool(starts[3, 2]), bool(starts[1, 2])  # I-PER at start, after B-PER
+        ((4, 4), True, False)
+        >>> bool(ends[2, 3]), bool(ends[1, 2])  # I-PER at the end, B-PER before I-PER
+        (True, False)
+    """
+    tags = [*labels, OUTSIDE]  # id L is the sentence edge, read as O
+    starts = np.array([[chunk_starts(prev, tag) for tag in tags] for prev in tags], dtype=bool)
+    ends = np.array([[chunk_ends(prev, tag) for tag in tags] for prev in tags], dtype=bool)
+    return starts, ends
+
+
+def chunk_type_table(labels: list[str]) -> np.ndarray:
+    """The chunk type of each label id, `""` for `O` and for the sentence edge (id `L`).
+
+    Pass it as `label_types` to `decode_chunks` for type names; an integer array
+    of the same shape gives type ids instead.
+
+    Example:
+        >>> chunk_type_table(["O", "B-PER", "I-PER", "S-LOC"]).tolist()
+        ['', 'PER', 'PER', 'LOC', '']
+    """
+    return np.array([split_tag(label)[1] for label in labels] + [""], dtype=object)
+
+
+def decode_chunks(
+    tag_ids: tf.RaggedTensor, starts, ends, label_types
+) -> dict[str, tf.RaggedTensor]:
+    """The chunks of a batch of tagged sentences, exactly as `extract_chunks` finds them.
+
+    Uses only TensorFlow ops, so it runs eagerly, in `tf.data`, and inside a
+    `tf.function` with an input signature that a SavedModel exports.
+
+    Args:
+        tag_ids: int label ids, `[batch, (words)]`.
+        starts: `[L + 1, L + 1]` bools from `chunk_boundary_tables`.
+        ends: `[L + 1, L + 1]` bools from `chunk_boundary_tables`.
+        label_types: `[L + 1]` type of each label id, e.g. from `chunk_type_table`;
+            any dtype (names or ids), it is only gathered.
+
+    Returns:
+        `types` (gathered from `label_types`), `start_word` and `end_word`
+        (int32, end exclusive), each `[batch, (chunks)]`, chunks in word order.
+
+    Example:
+        >>> labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+        >>> starts, ends = chunk_boundary_tables(labels)
+        >>> tag_ids = tf.ragged.constant([[1, 2, 0, 4], [0], [4, 3]])
+        >>> chunks = decode_chunks(tag_ids, starts, ends, chunk_type_table(labels))
+        >>> chunks["types"].to_list()
+        [[b'PER', b'LOC'], [], [b'LOC', b'LOC']]
+        >>> chunks["start_word"].to_list(), chunks["end_word"].to_list()
+        ([[0, 3], [], [0, 1]], [[2, 4], [], [1, 2]])
+    """
+    tag_ids = tf.cast(tag_ids, tf.int32)
+    starts = tf.convert_to_tensor(starts, tf.bool)  # (L + 1, L + 1)
+    ends = tf.convert_to_tensor(ends, tf.bool)  # (L + 1, L + 1)
+    edge = tf.shape(starts)[0] - 1  # the id that stands for the sentence edge
+    label = tag_ids.values  # (words in batch,)
+    previous, following = _neighbour_ids(tag_ids, edge)
+    is_first = tf.gather_nd(starts, tf.stack([previous, label], axis=1))  # (words in batch,)
+    is_last = tf.gather_nd(ends, tf.stack([label, following], axis=1))
+    word = tf.cast(tf.ragged.range(tag_ids.row_lengths()).values, tf.int32)  # within sentence
+    types = tf.gather(label_types, label)
+
+    def select(values, mask):  # (words in batch,) -> (batch, (chunks))
+        return tf.ragged.boolean_mask(tag_ids.with_values(values), tag_ids.with_values(mask))
+
+    # Each chunk has exactly one first and one last word, and chunks do not
+    # overlap (tests/test_conlleval.py checks the rules guarantee it), so the
+    # k-th first word of a sentence and its k-th last word bound its k-th chunk.
+    return {
+        "types": select(types, is_first),
+        "start_word": select(word, is_first),
+        "end_word": select(word + 1, is_last),
+    }
+
+
+def _neighbour_ids(tag_ids: tf.RaggedTensor, edge: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The label ids of each word's previous and next word, `edge` past a sentence's ends."""
+    label = tag_ids.values  # (words in batch,)
+    edge_id = tf.reshape(edge, [1])
+    row_starts = tf.gather(tag_ids.row_starts(), tag_ids.value_rowids())
+    row_limits = tf.gather(tag_ids.row_limits(), tag_ids.value_rowids())
+    flat_index = tf.range(tf.size(label, out_type=row_starts.dtype), dtype=row_starts.dtype)
+    # Shifting the flat values by one crosses into the neighbouring sentence at
+    # the edges of each row; those places are replaced by the edge id.
+    previous = tf.concat([edge_id, label], axis=0)[:-1]
+    following = tf.concat([label, edge_id], axis=0)[1:]
+    previous = tf.where(flat_index == row_starts, edge, previous)
+    following = tf.where(flat_index == row_limits - 1, edge, following)
+    return previous, following

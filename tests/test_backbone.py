@@ -1,0 +1,110 @@
+"""Backbone loading: same outputs as the source checkpoint, every source kind, clear errors."""
+
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from bertkit.backbone import load_architecture, load_pretrained, save_architecture, save_preset
+from bertkit.errors import UserError
+from bertkit.testing import random_bert_state, write_tiny_checkpoint
+from tests.numpy_bert import numpy_bert_forward
+
+TOKEN_IDS = np.array([[2, 7, 8, 9, 30, 3, 0, 0], [2, 11, 12, 3, 13, 14, 15, 3]], dtype=np.int32)
+SEGMENT_IDS = np.array([[0] * 8, [0, 0, 0, 0, 1, 1, 1, 1]], dtype=np.int32)
+PADDING_MASK = np.array([[1] * 6 + [0, 0], [1] * 8], dtype=np.int32)
+
+
+def outputs(backbone):
+    result = backbone({"token_ids": TOKEN_IDS, "segment_ids": SEGMENT_IDS,
+                       "padding_mask": PADDING_MASK})
+    return np.asarray(result["sequence_output"]), np.asarray(result["pooled_output"])
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A tiny HF checkpoint with exact GELU and weights large enough for GELU variants to differ."""
+    folder = write_tiny_checkpoint(tmp_path_factory.mktemp("hf"), hidden_act="gelu")
+    config = json.loads((folder / "config.json").read_text())
+    state = random_bert_state(config, seed=3)
+    for name in state:
+        if "intermediate.dense.weight" in name:
+            state[name] = state[name] * 60  # pre-activations of several units
+    save_file(state, str(folder / "model.safetensors"))
+    return folder, config, state
+
+
+def test_hugging_face_folder_matches_its_source_with_exact_gelu(checkpoint):
+    folder, config, state = checkpoint
+    loaded = load_pretrained(str(folder), sequence_length=64)
+    expected_sequence, expected_pooled = numpy_bert_forward(
+        state, config, TOKEN_IDS, SEGMENT_IDS, PADDING_MASK)
+    sequence, pooled = outputs(loaded.backbone)
+    mask = PADDING_MASK.astype(bool)
+    np.testing.assert_allclose(sequence[mask], expected_sequence[mask], atol=2e-5)
+    np.testing.assert_allclose(pooled, expected_pooled, atol=2e-5)
+    tanh_sequence, _ = numpy_bert_forward(state, {**config, "hidden_act": "gelu_new"},
+                                          TOKEN_IDS, SEGMENT_IDS, PADDING_MASK)
+    assert np.abs(tanh_sequence - expected_sequence)[mask].max() > 1e-4  # the fix matters here
+    assert loaded.tokenizer.lowercase and loaded.hidden_act == "gelu"
+
+
+def test_keras_hub_preset_folder_and_run_architecture_round_trip(checkpoint, tmp_path):
+    loaded = load_pretrained(str(checkpoint[0]), sequence_length=64)
+    expected = outputs(loaded.backbone)
+    save_preset(loaded.backbone, loaded.tokenizer, loaded.hidden_act, tmp_path / "preset")
+    again = load_pretrained(str(tmp_path / "preset"), sequence_length=64)
+    np.testing.assert_allclose(outputs(again.backbone)[0], expected[0], atol=1e-6)
+    assert again.tokenizer.vocabulary == loaded.tokenizer.vocabulary
+    save_architecture(loaded, tmp_path / "arch")
+    rebuilt = load_architecture(tmp_path / "arch")
+    rebuilt.backbone.set_weights(loaded.backbone.get_weights())
+    np.testing.assert_allclose(outputs(rebuilt.backbone)[0], expected[0], atol=1e-6)
+
+
+def test_pytorch_bin_folder_loads_without_torch(checkpoint, tmp_path):
+    from tests.test_checkpoints import FakeStorage, FakeTensor, write_torch_bin
+
+    folder, config, state = checkpoint
+    tensors = {name: FakeTensor(FakeStorage("FloatStorage", str(i), value.ravel()), 0,
+                                value.shape, tuple(s // 4 for s in value.strides))
+               for i, (name, value) in enumerate(state.items())}
+    source = tmp_path / "bin"
+    source.mkdir()
+    for name in ("config.json", "vocab.txt", "tokenizer_config.json"):
+        (source / name).write_text((folder / name).read_text())
+    write_torch_bin(source / "pytorch_model.bin", tensors)
+    loaded = load_pretrained(str(source), sequence_length=64)
+    np.testing.assert_allclose(outputs(loaded.backbone)[1],
+                               numpy_bert_forward(state, config, TOKEN_IDS, SEGMENT_IDS,
+                                                  PADDING_MASK)[1], atol=2e-5)
+    assert sorted(p.name for p in source.iterdir()) == [
+        "config.json", "pytorch_model.bin", "tokenizer_config.json", "vocab.txt"]
+
+
+def test_package_scheme_finds_folders_inside_installed_packages():
+    with pytest.raises(UserError, match="backbone.preset: no installed Python package 'nope_pkg'"):
+        load_pretrained("package:nope_pkg/model", sequence_length=8)
+    with pytest.raises(UserError, match="holds no BERT checkpoint"):
+        load_pretrained("package:bertkit/../tests", sequence_length=8)
+
+
+@pytest.mark.parametrize("preset, kwargs, message", [
+    ("bert_tiny_en_uncasd", {}, "unknown preset 'bert_tiny_en_uncasd'; did you mean "
+                                "'bert_tiny_en_uncased'?"),
+    ("./missing-folder", {}, "'./missing-folder' is not a folder"),
+])
+def test_preset_errors(preset, kwargs, message):
+    with pytest.raises(UserError, match=message):
+        load_pretrained(preset, sequence_length=64, **kwargs)
+
+
+def test_sequence_length_and_lowercase_errors(checkpoint):
+    folder = str(checkpoint[0])
+    with pytest.raises(UserError, match="backbone.sequence_length: 512 is more than the "
+                                        "model's 128 positions"):
+        load_pretrained(folder, sequence_length=512)
+    with pytest.raises(UserError, match="backbone.lowercase: lowercase: false contradicts the "
+                                        "uncased"):
+        load_pretrained(folder, sequence_length=64, lowercase=False)

@@ -107,3 +107,39 @@ def write_sentiment_tsv(path, count: int, seed: int = 0) -> Path:
     lines = ["sentence\tlabel"] + [f"{s}\t{label}" for s, label in sentiment_sentences(count, seed)]
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+_FRESH_PROCESS_SCRIPT = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the tf-text ops the graph uses)
+inputs = json.loads(sys.stdin.read())
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+outputs = serve(**{name: tf.constant(values) for name, values in inputs.items()})
+loaded = sorted(m for m in ("keras_hub", "keras_nlp", "bertkit") if m in sys.modules)
+def plain(value):
+    value = value.numpy()
+    return value.astype(str).tolist() if value.dtype.kind in "SO" else value.tolist()
+print(json.dumps({"outputs": {k: plain(v) for k, v in outputs.items()}, "imported": loaded}))
+"""
+
+
+def serve_in_fresh_process(saved_model_dir, inputs: dict) -> dict:
+    """Runs a SavedModel's `serving_default` in a new Python that imports only TensorFlow
+    and tf-text; returns its outputs as lists (strings decoded).
+
+    Raises AssertionError if keras-hub or bertkit got imported there. (Keras itself
+    is always imported: `tensorflow_text` builds Keras layers at import time.)
+    """
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, "-c", _FRESH_PROCESS_SCRIPT, str(saved_model_dir)],
+                            input=json.dumps(inputs), capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise AssertionError(f"serving failed:\n{result.stderr[-3000:]}")
+    reply = json.loads(result.stdout.strip().splitlines()[-1])
+    assert reply["imported"] == [], f"the SavedModel needed {reply['imported']}"
+    return reply["outputs"]

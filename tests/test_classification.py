@@ -1,0 +1,130 @@
+"""Classification end to end: recipe -> fit -> run directory -> predict -> SavedModel."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import bertkit
+from bertkit.errors import UserError
+from bertkit.testing import serve_in_fresh_process, write_sentiment_tsv, write_tiny_checkpoint
+
+TEXTS = ["The film was great.", "A dull and boring meal.", "Really lovely cast, funny story.",
+         "Weak plot, grim ending."]
+
+
+def recipe(tmp_path, **data):
+    return {"schema": 1, "task": "classification",
+            "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 48},
+            "data": {"train": str(tmp_path / "train.tsv"), "validation": str(tmp_path / "dev.tsv"),
+                     "text": "sentence", **data},
+            "training": {"epochs": 4, "batch_size": 16, "learning_rate": 3e-3}}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("classification")
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    write_sentiment_tsv(tmp_path / "train.tsv", 240, seed=0)
+    write_sentiment_tsv(tmp_path / "dev.tsv", 60, seed=1)
+    model = bertkit.finetune(recipe(tmp_path), output_dir=tmp_path / "run", verbose=0)
+    return tmp_path, model
+
+
+def test_learns_and_writes_the_run_directory(run):
+    tmp_path, _ = run
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["monitor"] == "val_accuracy" and len(metrics["epochs"]) == 4
+    assert metrics["epochs"][-1]["loss"] < metrics["epochs"][0]["loss"]
+    final = metrics["final"]["validation"]
+    assert final["accuracy"] >= 0.8 and set(final) == {"accuracy", "macro_f1", "mcc"}
+    best = max(e["val_accuracy"] for e in metrics["epochs"])
+    assert final["accuracy"] == pytest.approx(best)  # the best epoch's weights were kept
+    for name in ("recipe.yaml", "report.md", "learning_curve.png", "run.json", "logs",
+                 "saved_model/saved_model.pb", "model/model.weights.h5", "model/vocab.txt"):
+        assert (tmp_path / "run" / name).exists(), name
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"
+
+
+def test_loaded_model_predicts_like_the_trained_one(run):
+    tmp_path, trained = run
+    loaded = bertkit.load(tmp_path / "run")
+    predictions = loaded.predict(TEXTS)
+    assert [p["label"] for p in predictions] == [p["label"] for p in trained.predict(TEXTS)]
+    assert [p["label"] for p in predictions] == ["positive", "negative", "positive", "negative"]
+    assert all(abs(sum(p["probabilities"].values()) - 1) < 1e-6 for p in predictions)
+    assert loaded.evaluate()["accuracy"] >= 0.8
+
+
+def test_saved_model_in_a_fresh_process_matches_predict(run):
+    tmp_path, trained = run
+    served = serve_in_fresh_process(tmp_path / "run" / "saved_model", {"text": TEXTS})
+    expected = trained.predict(TEXTS)
+    assert served["label"] == [p["label"] for p in expected]
+    np.testing.assert_allclose(served["probabilities"],
+                               [list(p["probabilities"].values()) for p in expected], atol=1e-5)
+    assert served["label_names"][0] == ["negative", "positive"]
+
+
+def test_cli_predict_evaluate_and_no_overwrite(run):
+    tmp_path, _ = run
+    cli = [sys.executable, "-m", "bertkit.cli"]
+    predicted = subprocess.run(cli + ["predict", str(tmp_path / "run")], input="\n".join(TEXTS),
+                               capture_output=True, text=True, check=True)
+    assert [json.loads(line)["label"] for line in predicted.stdout.splitlines()] == [
+        "positive", "negative", "positive", "negative"]
+    evaluated = subprocess.run(cli + ["evaluate", str(tmp_path / "run")], capture_output=True,
+                               text=True, check=True)
+    assert evaluated.stdout.startswith("accuracy: ")
+    (tmp_path / "r.yaml").write_text(json.dumps({**recipe(tmp_path),
+                                                 "output_dir": str(tmp_path / "run")}))
+    before = (tmp_path / "run" / "model" / "model.weights.h5").read_bytes()
+    refused = subprocess.run(cli + ["finetune", str(tmp_path / "r.yaml")], capture_output=True,
+                             text=True)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().endswith("holds a finished run; pass --overwrite "
+                                           "(overwrite=True) to replace it, or choose another "
+                                           "output folder")
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert (tmp_path / "run" / "model" / "model.weights.h5").read_bytes() == before
+
+
+def test_sentence_pairs_from_jsonl_with_listed_labels(tmp_path):
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    rows = [{"premise": f"the film was {w}", "hypothesis": f"it is {w}",
+             "label": "yes" if i % 2 else "no"} for i, w in enumerate(["good", "bad"] * 12)]
+    for name in ("train.jsonl", "dev.jsonl"):
+        (tmp_path / name).write_text("\n".join(json.dumps(r) for r in rows))
+    spec = recipe(tmp_path, text="premise", text_pair="hypothesis")
+    spec["data"].update(train=str(tmp_path / "train.jsonl"), validation=str(tmp_path / "dev.jsonl"))
+    spec["task"] = {"name": "classification", "labels": ["yes", "no", "maybe"]}
+    spec["training"]["epochs"] = 1
+    model = bertkit.finetune(spec, output_dir=tmp_path / "run", verbose=0)
+    pairs = [("the film was good", "it is good"), ("a meal", "it is bad")]
+    expected = model.predict(pairs)
+    assert list(expected[0]["probabilities"]) == ["yes", "no", "maybe"]
+    served = serve_in_fresh_process(tmp_path / "run" / "saved_model",
+                                    {"text": [p[0] for p in pairs],
+                                     "text_pair": [p[1] for p in pairs]})
+    assert served["label"] == [p["label"] for p in expected]
+    np.testing.assert_allclose(served["score"], [p["score"] for p in expected], atol=1e-5)
+
+
+def test_data_errors_name_file_and_line(tmp_path):
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood film\tpositive\nbad\n")
+    spec = recipe(tmp_path)
+    with pytest.raises(UserError, match=r"train.tsv:3: expected 2 fields \(sentence, label\), "
+                                        r"found 1"):
+        bertkit.finetune(spec, output_dir=tmp_path / "run", verbose=0)
+    (tmp_path / "train.tsv").write_text("text\tlabel\ngood film\tpositive\n")
+    with pytest.raises(UserError, match=r"train.tsv:2: sentence: missing column 'sentence' "
+                                        r"\(columns: text, label\)"):
+        bertkit.finetune(spec, output_dir=tmp_path / "run2", verbose=0)
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood film\tpositive\n")
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\ngood film\tpositive\nok\tmeh\n")
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    with pytest.raises(UserError, match=r"dev.tsv:3: label: unknown label 'meh'; the model "
+                                        r"knows: positive"):
+        bertkit.finetune(spec, output_dir=tmp_path / "run3", verbose=0)

@@ -11,7 +11,14 @@ from bertkit.run_dir import write_json
 
 
 class SetEpoch(keras.callbacks.Callback):
-    """Tells the training batches which epoch starts, so their order follows it."""
+    """Makes epoch `e`'s randomness a function of `e` alone: data order and dropout masks.
+
+    Keras checkpoints do not restore the dropout seed generators' counters, so a
+    resumed run would draw other dropout masks than an uninterrupted one; each
+    epoch therefore restarts every generator's counter at an epoch-derived value.
+    """
+
+    _COUNTER_STRIDE = 1_000_003  # more dropout draws than any epoch makes
 
     def __init__(self, batches):
         super().__init__()
@@ -19,6 +26,12 @@ class SetEpoch(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self.batches.set_epoch(epoch)
+        for layer in self.model._flatten_layers():  # Keras has no public seed-state API
+            for generator in getattr(layer, "_seed_generators", ()):
+                seed = keras.ops.convert_to_numpy(generator.state.value)[0]
+                generator.state.assign(
+                    keras.ops.convert_to_tensor([seed, epoch * self._COUNTER_STRIDE],
+                                                dtype=generator.state.dtype))
 
 
 class Evaluate(keras.callbacks.Callback):

@@ -232,7 +232,7 @@ def _task_section(raw: dict, origin) -> tuple[str, dict]:
 def _resolve_preset(backbone: BackboneConfig, base_dir: Path | None) -> BackboneConfig:
     preset = backbone.preset
     looks_like_path = preset.startswith((".", "/", "~")) or ("/" in preset and ":" not in preset)
-    if looks_like_path and base_dir is not None:
+    if base_dir is not None and (looks_like_path or (base_dir / preset).is_dir()):
         resolved = (base_dir / Path(preset).expanduser()).resolve()
         return dataclasses.replace(backbone, preset=str(resolved))
     return backbone

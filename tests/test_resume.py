@@ -1,0 +1,66 @@
+"""A run killed mid-epoch resumes from its last checkpoint and ends as an uninterrupted run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+
+
+def write_recipe(tmp_path, output):
+    path = tmp_path / f"{output}.yaml"
+    path.write_text(yaml.safe_dump({
+        "schema": 1, "task": "classification",
+        "backbone": {"preset": "ckpt", "sequence_length": 32},
+        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+        "training": {"epochs": 3, "batch_size": 4, "learning_rate": 1e-3},
+        "output_dir": output}))
+    return path
+
+
+def finetune(recipe, **popen):
+    return subprocess.Popen([sys.executable, "-m", "bertkit.cli", "finetune", str(recipe)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def test_kill_9_mid_epoch_then_resume_gives_the_same_metrics(tmp_path):
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    write_sentiment_tsv(tmp_path / "train.tsv", 600, seed=0)
+    write_sentiment_tsv(tmp_path / "dev.tsv", 40, seed=1)
+    reference = finetune(write_recipe(tmp_path, "uninterrupted"))
+
+    interrupted_recipe = write_recipe(tmp_path, "interrupted")
+    process = finetune(interrupted_recipe)
+    metrics = tmp_path / "interrupted" / "metrics.json"
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if metrics.exists() and len(json.loads(metrics.read_text())["epochs"]) >= 1:
+            time.sleep(1.0)  # well inside epoch 2
+            break
+        time.sleep(0.2)
+    assert process.poll() is None, "the run ended before it could be interrupted"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    status = json.loads((tmp_path / "interrupted" / "run.json").read_text())["status"]
+    assert status == "running"
+
+    resumed = finetune(interrupted_recipe)
+    assert resumed.wait(timeout=240) == 0, resumed.stderr.read()
+    assert "resuming" in resumed.stderr.read()
+    assert reference.wait(timeout=240) == 0
+
+    def final(name):
+        return json.loads((tmp_path / name / "metrics.json").read_text())
+
+    expected, got = final("uninterrupted"), final("interrupted")
+    assert [e["epoch"] for e in got["epochs"]] == [1, 2, 3]
+    for a, b in zip(expected["epochs"], got["epochs"]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
+        assert a["val_accuracy"] == pytest.approx(b["val_accuracy"])
+    assert got["final"]["validation"] == pytest.approx(expected["final"]["validation"])

@@ -1,0 +1,85 @@
+"""Text regression (e.g. STS-B similarity): pooled [CLS] -> dense(1), mean squared error."""
+
+import dataclasses
+
+import numpy as np
+
+from bertkit import DataFiles, Features, Task, UserError
+from bertkit.tabular import detect_format, read_rows
+
+
+@dataclasses.dataclass(frozen=True)
+class RegressionData(DataFiles):
+    text: str = "text"
+    text_pair: str | None = None
+    target: str = "score"
+
+
+class RegressionTask(Task):
+    """Predicts `{"score": float}` per text; metrics: mse and Pearson correlation."""
+
+    name = "regression"
+    description = "One number per text or text pair from the [CLS] token (MSE, Pearson r)."
+    Data = RegressionData
+    monitor, mode = "mse", "min"
+
+    def read(self, path):
+        columns = [c for c in (self.data.text, self.data.text_pair, self.data.target) if c]
+        examples = []
+        for line, row in read_rows(path, detect_format(path, self.data.format), columns):
+            try:
+                target = float(row[self.data.target])
+            except ValueError:
+                raise UserError(f"expected a number, got {row[self.data.target]!r}",
+                                source=path, line=line, key=self.data.target) from None
+            examples.append((row[self.data.text], row.get(self.data.text_pair), target))
+        return examples
+
+    def featurize(self, examples, training):
+        pairs = [e[1] for e in examples] if self.data.text_pair else None
+        token_ids, segment_ids = self.tokenizer.encode(
+            [e[0] for e in examples], pairs, sequence_length=self.sequence_length)
+        targets = np.array([e[2] for e in examples], dtype=np.float32)
+        return Features({"token_ids": token_ids, "segment_ids": segment_ids, "labels": targets},
+                        example_index=np.arange(len(examples)))
+
+    def build_model(self, backbone):
+        import keras
+
+        score = keras.layers.Dense(1, name="regression_head")(backbone.output["pooled_output"])
+        return keras.Model(backbone.input, keras.ops.squeeze(score, -1))
+
+    def loss(self):
+        import keras
+
+        return keras.losses.MeanSquaredError()
+
+    def decode(self, examples, features, outputs):
+        return [{"score": float(value)} for value in outputs["logits"]]
+
+    def evaluate(self, examples, predictions):
+        gold = np.array([e[2] for e in examples])
+        predicted = np.array([p["score"] for p in predictions])
+        pearson = np.corrcoef(gold, predicted)[0, 1] if len(gold) > 1 else 0.0
+        return {"mse": float(np.mean((gold - predicted) ** 2)),
+                "pearson": float(np.nan_to_num(pearson))}
+
+    def parse_input(self, value):
+        text, pair = (value, None) if isinstance(value, str) else value
+        return (text, pair, 0.0)
+
+    def serving_inputs(self):
+        import tensorflow as tf
+
+        names = ["text", "text_pair"] if self.data.text_pair else ["text"]
+        return {name: tf.TensorSpec([None], tf.string, name=name) for name in names}
+
+    def serve(self, model, inputs):
+        import tensorflow as tf
+
+        segments = [self.tokenizer.tokenize(inputs[name]) for name in sorted(inputs)]
+        token_ids, segment_ids = self.tokenizer.pack(segments, self.sequence_length)
+        scores = model({"token_ids": token_ids.to_tensor(),
+                        "segment_ids": segment_ids.to_tensor(),
+                        "padding_mask": tf.ones_like(token_ids).to_tensor()}, training=False)
+        return {"score": scores}

@@ -1,0 +1,76 @@
+"""Third-party task plugins: installed as their own distribution, found by entry point."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bertkit.testing import write_tiny_checkpoint
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "bertkit-regression"
+
+
+def bertkit_cli(args, site, **kwargs):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get(
+        "PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "bertkit.cli", *args], capture_output=True,
+                          text=True, env=env, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The README's example plugin installed as a separate distribution, plus a broken one."""
+    site = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--no-compile", "--target", str(site), str(EXAMPLE)],
+                   check=True, capture_output=True)
+    broken = site / "broken_plugin-1.0.dist-info"
+    broken.mkdir()
+    (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
+    (broken / "entry_points.txt").write_text("[bertkit.tasks]\nbroken = broken_plugin:Task\n")
+    (site / "broken_plugin.py").write_text("raise ImportError('needs a missing library')\n")
+    return site
+
+
+def test_tasks_lists_plugins_and_reports_a_broken_one(site):
+    result = bertkit_cli(["tasks"], site)
+    assert result.returncode == 0, result.stderr
+    lines = {line.split()[0]: line for line in result.stdout.splitlines()}
+    assert "[bertkit-regression 0.1.0]" in lines["regression"]
+    assert "classification" in lines
+    assert lines["broken"] == ("broken           FAILED TO LOAD (broken_plugin:Task, from "
+                               "broken-plugin 1.0): ImportError: needs a missing library")
+
+
+def test_broken_plugin_is_a_one_line_user_error(site, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("schema: 1\ntask: broken\nbackbone: {preset: x}\ndata: {train: t.tsv}\n")
+    result = bertkit_cli(["check", str(recipe)], site)
+    assert result.returncode == 2
+    assert result.stderr == (f"bertkit: error: {recipe}:2: task: task plugin 'broken' "
+                             "(broken_plugin:Task, from broken-plugin 1.0) failed to import: "
+                             "ImportError: needs a missing library\n")
+
+
+def test_example_plugin_trains_predicts_and_exports(site, tmp_path):
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    rows = ["text\tscore"] + [f"{'good ' * (i % 4)}film\t{i % 4}" for i in range(64)]
+    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump({
+        "schema": 1, "task": "regression",
+        "backbone": {"preset": "./ckpt", "sequence_length": 16},
+        "data": {"train": "train.tsv", "validation": "train.tsv"},
+        "training": {"epochs": 3, "batch_size": 8, "learning_rate": 3e-3},
+        "output_dir": "run"}))
+    result = bertkit_cli(["finetune", str(tmp_path / "r.yaml")], site)
+    assert result.returncode == 0, result.stderr
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["monitor"] == "val_mse"
+    assert metrics["epochs"][-1]["val_mse"] < metrics["epochs"][0]["val_mse"]
+    predicted = bertkit_cli(["predict", str(tmp_path / "run")], site, input="good good film\n")
+    assert isinstance(json.loads(predicted.stdout)["score"], float)
+    assert (tmp_path / "run" / "saved_model" / "saved_model.pb").exists()

@@ -74,3 +74,9 @@ def test_example_plugin_trains_predicts_and_exports(site, tmp_path):
     predicted = bertkit_cli(["predict", str(tmp_path / "run")], site, input="good good film\n")
     assert isinstance(json.loads(predicted.stdout)["score"], float)
     assert (tmp_path / "run" / "saved_model" / "saved_model.pb").exists()
+
+
+def test_readme_shows_the_example_plugin_verbatim():
+    readme = (EXAMPLE.parent.parent / "README.md").read_text()
+    for name in ("bertkit_regression.py", "pyproject.toml"):
+        assert (EXAMPLE / name).read_text() in readme, name

@@ -12,6 +12,7 @@ batches as an uninterrupted one.
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 
 from bertkit.task import Features
@@ -111,19 +112,22 @@ class TrainingBatches:
         self.epoch = epoch
 
     def __iter__(self):
-        epoch = self.epoch
-        for step, rows in enumerate(epoch_batches(self.lengths, self.batch_size, self.seed, epoch)):
-            rng = np.random.default_rng([self.seed, epoch, step, 1])
-            batch = pad_batch(self.features, rows, self.buckets)
-            inputs, targets, weights = self.task.make_batch(batch, training=True, rng=rng)
-            yield (inputs, targets) if weights is None else (inputs, targets, weights)
+        return (self.batch(step) for step in range(len(self)))
+
+    def batch(self, step: int):
+        """Batch `step` of the current epoch, as Keras `fit` takes it."""
+        if getattr(self, "_plan_epoch", None) != self.epoch:
+            self._plan = epoch_batches(self.lengths, self.batch_size, self.seed, self.epoch)
+            self._plan_epoch = self.epoch
+        rng = np.random.default_rng([self.seed, self.epoch, step, 1])
+        batch = pad_batch(self.features, self._plan[step], self.buckets)
+        inputs, targets, weights = self.task.make_batch(batch, training=True, rng=rng)
+        return (inputs, targets) if weights is None else (inputs, targets, weights)
 
     def as_dataset(self):
-        """A `tf.data.Dataset` with unknown lengths (TensorFlow backend), else self."""
-        import keras
-
+        """A `tf.data.Dataset` with unknown lengths on TensorFlow, a `PyDataset` elsewhere."""
         if keras.backend.backend() != "tensorflow":
-            return self
+            return BatchesPyDataset(self)
         import tensorflow as tf
 
         def spec(value):
@@ -135,3 +139,18 @@ class TrainingBatches:
         dataset = tf.data.Dataset.from_generator(self.__iter__, output_signature=spec(first))
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(self)))
         return dataset.prefetch(2)
+
+
+
+class BatchesPyDataset(keras.utils.PyDataset):
+    """Keras's backend-neutral input, for JAX and PyTorch (no TensorFlow needed)."""
+
+    def __init__(self, batches: TrainingBatches):
+        super().__init__()
+        self.batches = batches
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, step):
+        return self.batches.batch(step)

@@ -46,10 +46,12 @@ class Evaluate(keras.callbacks.Callback):
         self.evaluate_fn = evaluate_fn
 
     def on_epoch_end(self, epoch, logs=None):
+        started = time.time()
         metrics = self.evaluate_fn(self.model)
         for name, value in metrics.items():
             if isinstance(value, (int, float)):
                 logs[f"val_{name}"] = float(value)
+        logs["eval_seconds"] = round(time.time() - started, 2)
 
 
 class TrackRun(keras.callbacks.Callback):
@@ -77,8 +79,9 @@ class TrackRun(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         record = {"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()
-                                        if isinstance(v, (int, float)) and math.isfinite(v)},
-                  "seconds": round(time.time() - self._epoch_start, 2)}
+                                        if isinstance(v, (int, float)) and math.isfinite(v)}}
+        record["train_seconds"] = round(
+            time.time() - self._epoch_start - record.get("eval_seconds", 0.0), 2)
         self.history.append(record)
         if self.best() is record:
             self.model.save_weights(self.run.weights_file)

@@ -42,6 +42,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_set(sub)
     sub.add_argument("--output", metavar="DIR", help="run directory (replaces output_dir)")
     sub.add_argument("--overwrite", action="store_true", help="replace a finished run")
+    sub.add_argument("--features", metavar="FILE",
+                     help="train from a file written by 'bertkit featurize' (no TensorFlow "
+                          "needed, e.g. KERAS_BACKEND=jax)")
+
+    sub = command("featurize", _featurize, "tokenize a recipe's data once into a features file")
+    sub.add_argument("recipe")
+    _add_set(sub)
+    sub.add_argument("--out", metavar="FILE", help="default: <output_dir>.features.npz")
 
     sub = command("check", _check, "validate a recipe and print it fully resolved")
     sub.add_argument("recipe")
@@ -74,7 +82,13 @@ def _finetune(args):
     import bertkit
 
     bertkit.finetune(args.recipe, overrides=args.overrides, output_dir=args.output,
-                     overwrite=args.overwrite)
+                     overwrite=args.overwrite, features=args.features)
+
+
+def _featurize(args):
+    from bertkit.training import featurize
+
+    featurize(args.recipe, args.out, overrides=args.overrides)
 
 
 def _check(args):

@@ -14,7 +14,7 @@ from bertkit.run_dir import FINISHED, RunDirectory, read_json, write_json
 
 
 def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None,
-             verbose: int | None = None, **sections):
+             features=None, verbose: int | None = None, **sections):
     """Fine-tunes the model a recipe describes; returns the `FineTunedModel`.
 
     Args:
@@ -22,6 +22,8 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         output_dir: run directory, replacing the recipe's `output_dir`.
         overwrite: replace a finished run in the output directory.
         overrides: `--set`-style strings, e.g. `["training.epochs=1"]`.
+        features: a file written by `featurize` for this recipe: train from it without
+            reading or tokenizing the data (and without TensorFlow, e.g. on JAX).
         verbose: Keras progress output (default: a bar on a terminal, else a line per epoch).
         **sections: recipe sections to merge, e.g. `training={"epochs": 1}`.
 
@@ -35,29 +37,118 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         >>> model.predict(["What a delight."])[0]["label"]  # doctest: +SKIP
         'positive'
     """
+    recipe = _as_recipe(recipe, overrides, sections, output_dir)
+    run = RunDirectory(recipe.output_dir)
+    resuming = run.prepare(recipe.to_yaml(), overwrite)
+    return _Trainer(recipe, run, resuming, verbose, features).execute()
+
+
+def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
+    """Tokenizes a recipe's training and validation data once into a features file.
+
+    The file lets `finetune(..., features=FILE)` train where TensorFlow is not
+    installed (for example JAX on a GPU machine). Default path:
+    `<output_dir>.features.npz`.
+    """
+    from bertkit.feature_file import write_feature_file
+
+    recipe = _as_recipe(recipe, overrides, sections, None)
+    data = _TaskData.read(recipe)
+    out = Path(out or f"{recipe.output_dir}.features.npz")
+    path = write_feature_file(out, description=data.description, train=data.train_features,
+                              validation=data.validation_features,
+                              validation_examples=data.validation)
+    print(f"wrote {path}: {len(data.train_features)} training rows, "
+          f"{len(data.validation_features or [])} validation rows")
+    return path
+
+
+def _as_recipe(recipe, overrides, sections, output_dir) -> Recipe:
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe, overrides, **sections)
     if output_dir is not None:
         recipe = dataclasses.replace(recipe, output_dir=str(Path(output_dir).resolve()))
-    run = RunDirectory(recipe.output_dir)
-    resuming = run.prepare(recipe.to_yaml(), overwrite)
-    return _Trainer(recipe, run, resuming, verbose).execute()
+    return recipe
+
+
+@dataclasses.dataclass
+class _TaskData:
+    """A run's task, backbone and featurized data, from the files or from a features file."""
+
+    task: object
+    pretrained: object
+    description: dict
+    train_features: object
+    validation: list | None
+    validation_features: object
+
+    @classmethod
+    def read(cls, recipe: Recipe, state: dict | None = None) -> _TaskData:
+        from bertkit.backbone import load_pretrained
+
+        task = recipe.task_class()(recipe.task_options, recipe.data, None,
+                                   recipe.backbone.sequence_length)
+        train = task.read(recipe.data.train)  # before the model loads: data errors come fast
+        if not train:
+            raise UserError("no training examples", source=recipe.data.train)
+        validation = task.read(recipe.data.validation) if recipe.data.validation else None
+        task.state = state if state is not None else task.fit_state(train)
+        pretrained = cls._backbone(recipe, load_pretrained)
+        task.tokenizer = pretrained.tokenizer
+        validation_features = task.featurize(validation, training=False) if validation else None
+        return cls(task, pretrained, _description(task, recipe),
+                   task.featurize(train, training=True), validation, validation_features)
+
+    @classmethod
+    def from_file(cls, recipe: Recipe, path) -> _TaskData:
+        from bertkit.backbone import load_pretrained
+        from bertkit.feature_file import read_feature_file
+
+        stored = read_feature_file(path)
+        expected = _description(recipe.task_class()(recipe.task_options, recipe.data, None,
+                                                    recipe.backbone.sequence_length), recipe)
+        for key in ("task", "options", "data", "sequence_length", "bucket_lengths"):
+            if stored.description[key] != expected[key]:
+                raise UserError(f"was made from another recipe ({key} differs); run "
+                                "'bertkit featurize' on this recipe", source=path)
+        pretrained = cls._backbone(recipe, load_pretrained)
+        task = recipe.task_class()(recipe.task_options, recipe.data, pretrained.tokenizer,
+                                   recipe.backbone.sequence_length, stored.description["state"])
+        return cls(task, pretrained, stored.description, stored.train,
+                   stored.validation_examples, stored.validation)
+
+    @staticmethod
+    def _backbone(recipe, load_pretrained):
+        return load_pretrained(recipe.backbone.preset,
+                               sequence_length=recipe.backbone.sequence_length,
+                               lowercase=recipe.backbone.lowercase, source=recipe.source)
+
+
+def _description(task, recipe: Recipe) -> dict:
+    from bertkit.batching import bucket_lengths
+    from bertkit.finetuned import task_description
+
+    buckets = bucket_lengths(recipe.backbone.sequence_length, recipe.training.bucket_lengths)
+    return task_description(task, recipe.backbone.sequence_length, recipe.training.batch_size,
+                            buckets)
 
 
 class _Trainer:
     """One run's steps, top to bottom: data, model, fit, final evaluation, export."""
 
-    def __init__(self, recipe: Recipe, run: RunDirectory, resuming: bool, verbose):
+    def __init__(self, recipe: Recipe, run: RunDirectory, resuming: bool, verbose, features):
         self.recipe, self.run, self.resuming = recipe, run, resuming
         self.training = recipe.training
+        self.features_file = features
         self.verbose = verbose if verbose is not None else (1 if sys.stdout.isatty() else 2)
 
     def execute(self):
         import keras
 
-        from bertkit.backbone import load_pretrained, save_architecture
-        from bertkit.batching import TrainingBatches, bucket_lengths
-        from bertkit.finetuned import FineTunedModel, task_description
+        from bertkit.backbone import save_architecture
+        from bertkit.batching import TrainingBatches
+        from bertkit.finetuned import FineTunedModel
+        from bertkit.optimization import make_optimizer
 
         started = time.time()
         recipe, training = self.recipe, self.training
@@ -65,69 +156,68 @@ class _Trainer:
         if training.mixed_precision:
             keras.config.set_dtype_policy(f"mixed_{training.mixed_precision}")
 
-        # ---- data (read before the model loads: data errors come fast)
-        task_class = recipe.task_class()
-        task = task_class(recipe.task_options, recipe.data, None, recipe.backbone.sequence_length)
-        train_examples = task.read(recipe.data.train)
-        if not train_examples:
-            raise UserError("no training examples", source=recipe.data.train)
-        validation = task.read(recipe.data.validation) if recipe.data.validation else None
-        task.state = self._task_state(task, train_examples)
-
-        # ---- backbone, features, model
-        pretrained = load_pretrained(recipe.backbone.preset,
-                                     sequence_length=recipe.backbone.sequence_length,
-                                     lowercase=recipe.backbone.lowercase, source=recipe.source)
-        task.tokenizer = pretrained.tokenizer
-        buckets = bucket_lengths(recipe.backbone.sequence_length, training.bucket_lengths)
+        # ---- data, backbone, features
+        if self.features_file:
+            data = _TaskData.from_file(recipe, self.features_file)
+        else:
+            data = _TaskData.read(recipe, self._saved_state())
+        task, description = data.task, data.description
+        buckets = tuple(description["bucket_lengths"])
         eval_batch_size = training.eval_batch_size or 2 * training.batch_size
-        description = task_description(task, recipe.backbone.sequence_length,
-                                       training.batch_size, buckets)
-        batches = TrainingBatches(task, task.featurize(train_examples, training=True),
-                                  training.batch_size, buckets, training.seed)
-        with _strategy_scope(training.distribution):
-            model = task.build_model(pretrained.backbone)
-            task.initialize_head(model, pretrained.checkpoint_tensors())
-            from bertkit.optimization import make_optimizer
+        batches = TrainingBatches(task, data.train_features, training.batch_size, buckets,
+                                  training.seed)
 
+        # ---- model
+        with _strategy_scope(training.distribution):
+            model = task.build_model(data.pretrained.backbone)
+            task.initialize_head(model, data.pretrained.checkpoint_tensors())
             model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
                           metrics=task.metrics(), jit_compile=_jit_compile(training.jit_compile))
-        save_architecture(pretrained, self.run.model_dir)
+        save_architecture(data.pretrained, self.run.model_dir)
         write_json(self.run.task_file, description)
         finetuned = FineTunedModel(self.run, task, model, description)
 
         # ---- fit
-        evaluate = self._evaluator(task, validation, eval_batch_size, buckets)
+        evaluate = self._evaluator(task, data.validation, data.validation_features,
+                                   eval_batch_size, buckets)
         history = self._fit(model, task, batches, evaluate)
 
         # ---- best weights, final evaluation, report, export
         model.load_weights(self.run.weights_file)
         final = {}
-        if validation:
+        if evaluate:
             final["validation"] = evaluate(model)
-        if recipe.data.test:
+        if recipe.data.test and not self.features_file:
             final["test"] = finetuned.evaluate(recipe.data.test, eval_batch_size)
         self._write_results(history, final, time.time() - started)
-        task.after_training(model, pretrained.backbone, self.run)
-        if self.run.saved_model_dir.exists():
-            import shutil
-
-            shutil.rmtree(self.run.saved_model_dir)  # from an interrupted export of this run
-        finetuned.export(self.run.saved_model_dir)
+        task.after_training(model, data.pretrained.backbone, self.run)
+        self._export(finetuned)
         self.run.set_status(FINISHED)
         return finetuned
 
-    def _task_state(self, task, train_examples) -> dict:
+    def _saved_state(self) -> dict | None:
         if self.resuming and self.run.task_file.exists():
             return read_json(self.run.task_file)["state"]
-        return task.fit_state(train_examples)
+        return None
 
-    def _evaluator(self, task, examples, batch_size, buckets):
+    def _export(self, finetuned) -> None:
+        import shutil
+
+        import keras
+
+        if keras.backend.backend() != "tensorflow":
+            print(f"no SavedModel: export needs TensorFlow; run 'bertkit export {self.run.path} "
+                  "--out DIR' where TensorFlow is installed", file=sys.stderr)
+            return
+        if self.run.saved_model_dir.exists():
+            shutil.rmtree(self.run.saved_model_dir)  # from an interrupted export of this run
+        finetuned.export(self.run.saved_model_dir)
+
+    def _evaluator(self, task, examples, features, batch_size, buckets):
         from bertkit.inference import predict_rows
 
         if not examples:
             return None
-        features = task.featurize(examples, training=False)  # once, reused every epoch
 
         def evaluate(model):
             outputs = predict_rows(task, model, features, batch_size, buckets)

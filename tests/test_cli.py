@@ -31,7 +31,8 @@ def test_user_errors_exit_2_with_one_line(tmp_path, args, message):
 
 
 def test_help_on_every_command():
-    for command in ("finetune", "check", "schema", "tasks", "evaluate", "predict", "export"):
+    for command in ("finetune", "featurize", "check", "schema", "tasks", "evaluate", "predict",
+                    "export"):
         result = bertkit(command, "--help")
         assert result.returncode == 0 and "usage: bertkit " + command in result.stdout
 

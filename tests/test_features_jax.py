@@ -1,0 +1,61 @@
+"""Featurize once with TensorFlow, then train from the file on JAX with TensorFlow blocked."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from bertkit.errors import UserError
+from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+from bertkit.training import featurize
+
+pytest.importorskip("jax", reason="the JAX backend is part of the dev install")
+
+TRAIN_WITHOUT_TENSORFLOW = """
+import sys
+for name in ("tensorflow", "tensorflow_text"):
+    sys.modules[name] = None  # any import of TensorFlow now fails
+import bertkit
+bertkit.finetune("r.yaml", features="features.npz", verbose=0)
+print(sorted(m for m, v in sys.modules.items() if m.startswith("tensorflow") and v is not None))
+"""
+
+
+def test_featurized_training_runs_on_jax_without_tensorflow(tmp_path):
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    write_sentiment_tsv(tmp_path / "train.tsv", 64, seed=0)
+    write_sentiment_tsv(tmp_path / "dev.tsv", 16, seed=1)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "schema": 1, "task": "classification",
+        "backbone": {"preset": "./ckpt", "sequence_length": 32},
+        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+        "training": {"epochs": 1, "batch_size": 16, "bucket_lengths": [32]},
+        "output_dir": "run"}))
+    featurize(recipe, tmp_path / "features.npz")
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    result = subprocess.run([sys.executable, "-c", TRAIN_WITHOUT_TENSORFLOW], cwd=tmp_path,
+                            env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert set(metrics["final"]["validation"]) == {"accuracy", "macro_f1", "mcc"}
+    assert "export needs TensorFlow" in result.stderr
+
+
+def test_features_of_another_recipe_are_refused(tmp_path):
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    write_sentiment_tsv(tmp_path / "train.tsv", 8)
+    spec = {"schema": 1, "task": "classification",
+            "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
+            "data": {"train": str(tmp_path / "train.tsv"), "text": "sentence"}}
+    featurize(spec, tmp_path / "f.npz")
+    import bertkit
+
+    spec["backbone"]["sequence_length"] = 64
+    with pytest.raises(UserError, match="f.npz: was made from another recipe "
+                                        r"\(sequence_length differs\)"):
+        bertkit.finetune(spec, features=tmp_path / "f.npz", output_dir=tmp_path / "run")

@@ -145,6 +145,19 @@ class _Trainer:
     def execute(self):
         import keras
 
+        policy = keras.config.dtype_policy()
+        try:
+            if self.training.mixed_precision:
+                keras.config.set_dtype_policy(f"mixed_{self.training.mixed_precision}")
+            with _strategy_scope(self.training.distribution,
+                                 self.training.gradient_accumulation_steps):  # variables are made in scope
+                return self._train()
+        finally:
+            keras.config.set_dtype_policy(policy)  # a process-wide setting: leave it as found
+
+    def _train(self):
+        import keras
+
         from bertkit.backbone import save_architecture
         from bertkit.batching import TrainingBatches
         from bertkit.finetuned import FineTunedModel
@@ -153,8 +166,6 @@ class _Trainer:
         started = time.time()
         recipe, training = self.recipe, self.training
         keras.utils.set_random_seed(training.seed)
-        if training.mixed_precision:
-            keras.config.set_dtype_policy(f"mixed_{training.mixed_precision}")
 
         # ---- data, backbone, features
         if self.features_file:
@@ -168,11 +179,10 @@ class _Trainer:
                                   training.seed)
 
         # ---- model
-        with _strategy_scope(training.distribution):
-            model = task.build_model(data.pretrained.backbone)
-            task.initialize_head(model, data.pretrained.checkpoint_tensors())
-            model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
-                          metrics=task.metrics(), jit_compile=_jit_compile(training.jit_compile))
+        model = task.build_model(data.pretrained.backbone)
+        task.initialize_head(model, data.pretrained.checkpoint_tensors())
+        model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
+                      metrics=task.metrics(), jit_compile=_jit_compile(training.jit_compile))
         save_architecture(data.pretrained, self.run.model_dir)
         write_json(self.run.task_file, description)
         finetuned = FineTunedModel(self.run, task, model, description)
@@ -275,7 +285,7 @@ def _jit_compile(setting):
     return keras.backend.backend() == "jax"
 
 
-def _strategy_scope(kind: str):
+def _strategy_scope(kind: str, accumulation: int):
     import keras
 
     if keras.backend.backend() != "tensorflow":
@@ -284,5 +294,9 @@ def _strategy_scope(kind: str):
 
     gpus = tf.config.list_logical_devices("GPU")
     if kind == "mirrored" or (kind == "auto" and len(gpus) > 1):
+        if accumulation > 1:
+            raise UserError("Keras cannot accumulate gradients under tf.distribute; set "
+                            "training.gradient_accumulation_steps: 1 or distribution: one_device",
+                            key="training.gradient_accumulation_steps")
         return tf.distribute.MirroredStrategy().scope()
     return contextlib.nullcontext()

@@ -1,0 +1,477 @@
+"""Extractive question answering (SQuAD v1.1 / v2.0): answers are spans of the context.
+
+A question and its context become one model row per doc-stride window,
+`[CLS] question [SEP] window [SEP]`; a Dense(2) head scores every token as the
+start and the end of the answer. One decoding rule,
+`bertkit.span_decoding.decode_answer_spans` (TensorFlow ops), picks the best
+spans over all windows of an example with the max-context rule, in evaluation,
+in Python prediction and inside the SavedModel; answers are cut from the
+original context by character offsets, never detokenized.
+
+SQuAD v2.0 adds "no answer": the [CLS] position is the null span, and the model
+answers "" when `null_score - best_span_score` exceeds `null_score_threshold`.
+Unless the recipe sets it, the threshold is tuned on the validation set after
+training (the best-F1 threshold of the official script), saved in
+`model/task.json` and baked into the SavedModel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Literal
+
+import numpy as np
+
+from bertkit.errors import UserError
+from bertkit.squad import QAExample, read_squad
+from bertkit.task import Features, Task
+from bertkit.windows import sliding_windows
+
+_field = dataclasses.field
+_MASKED_LOGIT = -1e9  # added to padding logits: out of every softmax
+_DECODE_EXAMPLES = 128  # examples per decode_answer_spans call: bounds its (windows, seq * len)
+_TOKENIZE_CHUNK = 2048  # strings per eager tokenizer call
+_DECODING = ("char_starts", "char_ends", "starts_ok", "ends_ok")  # per-row extras for decode
+
+
+@dataclasses.dataclass(frozen=True)
+class SpanQAOptions:
+    version: Literal["1.1", "2.0"] = _field(default="1.1", metadata={
+        "help": "SQuAD version; '2.0' allows unanswerable questions (quote it in YAML)"})
+    max_query_length: int = _field(default=64, metadata={
+        "min": 1, "help": "question word pieces kept; longer questions are cut"})
+    doc_stride: int = _field(default=128, metadata={
+        "min": 1, "help": "word pieces between the starts of consecutive context windows"})
+    n_best_size: int = _field(default=20, metadata={"min": 1, "help": "answer spans decoded"})
+    max_answer_length: int = _field(default=30, metadata={
+        "min": 1, "help": "longest answer, in word pieces"})
+    null_score_threshold: float | None = _field(default=None, metadata={
+        "help": "v2.0: answer '' when null score - best span score exceeds it; null: tuned on "
+                "the validation set after training (0.0 without one)"})
+    return_n_best: bool = _field(default=False, metadata={
+        "help": "add the n best spans to every prediction"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Question(QAExample):
+    """A question to answer at prediction time; `n_best` asks for the n best spans too."""
+
+    n_best: bool = False
+
+
+class SpanQATask(Task):
+    """Answers a question with a span of its context (SQuAD v1.1 and v2.0).
+
+    Inputs are `{"question": str, "context": str}` dicts (add `"n_best": true` for
+    the n best spans) or `[question, context]` pairs. Predictions are
+    `{"answer": str, "start": int, "end": int, "score": float}`: the answer is
+    `context[start:end]` (character offsets) and the score its start + end
+    logit. "No answer" (v2.0, or a context without tokens) is `""` with start and
+    end -1 and the null ([CLS]) score. v2.0 predictions add `null_score_diff`
+    (null score - best span score) and `best_span`, the best non-empty answer
+    whatever the threshold; `n_best` is a list of `{"answer", "start", "end",
+    "score"}`, best first. Metrics are the official SQuAD exact match and F1
+    (for v2.0 also HasAns/NoAns and the best no-answer threshold).
+
+    The SavedModel takes `question` and `context` string tensors and returns
+    `answer`, `start`, `end`, `score` (and `null_score_diff` for v2.0) as above.
+    """
+
+    name = "span_qa"
+    description = "Extractive question answering, SQuAD v1.1/v2.0 (exact match, F1)."
+    Options = SpanQAOptions
+    monitor = "f1"
+    sequence_outputs = ("logits",)
+
+    # ---- data
+    def read(self, path):
+        examples, skipped = read_squad(path)
+        if skipped:
+            print(f"{path}: {skipped}", file=sys.stderr)
+        if self.options.version == "1.1":
+            for example in examples:
+                if example.is_impossible:
+                    raise UserError(f"question {example.id!r} has no answer, which SQuAD v1.1 "
+                                    "does not allow; set task.version: '2.0'", source=path)
+        return examples
+
+    @property
+    def null_score_threshold(self) -> float:
+        """The recipe's threshold, else the one tuned after training, else 0.0."""
+        if self.options.null_score_threshold is not None:
+            return self.options.null_score_threshold
+        return self.state.get("null_score_threshold", 0.0)
+
+    def featurize(self, examples, training):
+        """One row per window; targets are the answer's tokens in it, else [CLS] (0)."""
+        self._check_room()
+        questions = _tokenize(self.tokenizer.tokenize, [e.question for e in examples])
+        unique = list(dict.fromkeys(e.context for e in examples))
+        pieces = _tokenize(self.tokenizer.tokenize_with_offsets, unique)
+        contexts = {text: (ids, *character_offsets(text, starts, ends))
+                    for text, (ids, starts, ends) in zip(unique, pieces, strict=True)}
+        rows, example_index = [], []
+        for index, (example, (question,)) in enumerate(zip(examples, questions, strict=True)):
+            context = contexts[example.context]
+            example_rows = self._window_rows(question[:self.options.max_query_length], context,
+                                             answer_tokens(example, *context[1:]), training)
+            rows += example_rows
+            example_index += [index] * len(example_rows)
+        columns = {name: [row[name] for row in rows] for name in ("token_ids", "segment_ids")}
+        for name in ("start_positions", "end_positions"):
+            columns[name] = np.array([row[name] for row in rows], dtype=np.int32)
+        extras = {} if training else {name: [row[name] for row in rows] for name in _DECODING}
+        return Features(columns, np.array(example_index, dtype=np.int64), extras=extras)
+
+    def _window_rows(self, question, context, answer, training) -> list[dict]:
+        """`[CLS] question [SEP] window [SEP]` rows of one example, with decoding extras."""
+        from bertkit.span_decoding import span_candidates
+
+        pieces, char_starts, char_ends = context
+        offset = len(question) + 2  # [CLS] question [SEP]
+        windows = sliding_windows(len(pieces), self.sequence_length - offset - 1,
+                                  self.options.doc_stride)
+        if not training:
+            starts_ok, ends_ok = span_candidates(windows, offset, self.sequence_length)
+        rows = []
+        for index, (first, last) in enumerate(windows):
+            ids = np.concatenate([[self.tokenizer.cls_id], question, [self.tokenizer.sep_id],
+                                  pieces[first:last], [self.tokenizer.sep_id]]).astype(np.int32)
+            inside = answer is not None and first <= answer[0] and answer[1] < last
+            row = {"token_ids": ids,
+                   "segment_ids": (np.arange(len(ids)) >= offset).astype(np.int32),
+                   "start_positions": offset + answer[0] - first if inside else 0,
+                   "end_positions": offset + answer[1] - first if inside else 0}
+            if not training:  # per position: character offsets (-1 outside the context), masks
+                for name, values in (("char_starts", char_starts), ("char_ends", char_ends)):
+                    row[name] = np.full(len(ids), -1, dtype=np.int64)
+                    row[name][offset:offset + last - first] = values[first:last]
+                row["starts_ok"] = np.array(starts_ok[index][:len(ids)])
+                row["ends_ok"] = np.array(ends_ok[index][:len(ids)])
+            rows.append(row)
+        return rows
+
+    def _check_room(self) -> None:
+        if self.sequence_length - self.options.max_query_length - 3 < 1:
+            raise UserError(f"a question of {self.options.max_query_length} word pieces leaves "
+                            f"no room for the context in {self.sequence_length}; lower it below "
+                            f"{self.sequence_length - 3}", key="task.max_query_length")
+
+    def make_batch(self, batch, training, rng):
+        inputs = {key: batch[key] for key in ("token_ids", "segment_ids", "padding_mask")}
+        targets = np.stack([batch["start_positions"], batch["end_positions"]], axis=1)  # (b, 2)
+        return inputs, targets, None
+
+    # ---- model
+    def build_model(self, backbone):
+        import keras
+        from keras import ops
+
+        sequence = backbone.output["sequence_output"]  # (batch, seq, hidden)
+        logits = keras.layers.Dense(
+            2, name="span_logits",
+            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02))(sequence)
+        padding = ops.cast(ops.expand_dims(backbone.input["padding_mask"], -1), "float32")
+        logits = ops.cast(logits, "float32") + (1.0 - padding) * _MASKED_LOGIT  # (b, seq, 2)
+        return keras.Model(backbone.input, logits, name="bert_span_qa")
+
+    def loss(self):
+        return span_loss
+
+    # ---- outputs
+    def decode(self, examples, features, outputs):
+        splits = np.searchsorted(features.example_index, np.arange(len(examples) + 1))
+        predictions = []
+        for first in range(0, len(examples), _DECODE_EXAMPLES):
+            last = min(first + _DECODE_EXAMPLES, len(examples))
+            rows = np.arange(splits[first], splits[last])
+            spans = self._decode_rows(features, outputs["logits"], rows,
+                                      features.example_index[rows] - first)
+            predictions += [self._prediction(examples[i], features.extras, rows, spans, i - first)
+                            for i in range(first, last)]
+        return predictions
+
+    def _decode_rows(self, features, logits, rows, example_ids) -> dict:
+        """decode_answer_spans over `rows`, padded to their longest."""
+        import tensorflow as tf
+
+        from bertkit.span_decoding import decode_answer_spans
+
+        width = max(len(logits[row]) for row in rows)
+        spans = decode_answer_spans(
+            tf.constant(_pad([logits[row][:, 0] for row in rows], width, np.float32)),
+            tf.constant(_pad([logits[row][:, 1] for row in rows], width, np.float32)),
+            tf.constant(example_ids, tf.int32),
+            tf.constant(_pad([features.extras["starts_ok"][row] for row in rows], width, bool)),
+            tf.constant(_pad([features.extras["ends_ok"][row] for row in rows], width, bool)),
+            self.options.max_answer_length, self.options.n_best_size)
+        return {name: value.numpy() for name, value in spans.items()}
+
+    def _prediction(self, example, extras, rows, spans, i) -> dict:
+        from bertkit.span_decoding import answer_char_span
+
+        n_best = []
+        for window, start, end, score in zip(spans["window_index"][i], spans["start_index"][i],
+                                             spans["end_index"][i], spans["span_score"][i],
+                                             strict=True):
+            if window < 0:
+                break  # fewer valid spans than n_best_size
+            row = rows[window]
+            start_char, end_char = answer_char_span(extras["char_starts"][row],
+                                                    extras["char_ends"][row], start, end)
+            n_best.append({"answer": example.context[start_char:end_char], "start": start_char,
+                           "end": end_char, "score": float(score)})
+        v2, null_score_diff = self.options.version == "2.0", spans["null_score_diff"][i]
+        # float32 comparison, as in the SavedModel
+        answered = bool(n_best) and not (
+            v2 and null_score_diff > np.float32(self.null_score_threshold))
+        prediction = dict(n_best[0]) if answered else {
+            "answer": "", "start": -1, "end": -1, "score": float(spans["null_score"][i])}
+        if v2:
+            prediction["null_score_diff"] = float(null_score_diff)
+            prediction["best_span"] = n_best[0]["answer"] if n_best else ""
+        if self.options.return_n_best or getattr(example, "n_best", False):
+            prediction["n_best"] = n_best
+        return prediction
+
+    def evaluate(self, examples, predictions):
+        from bertkit import squad_eval
+
+        answers = _by_id(examples, predictions, "answer")
+        if self.options.version == "1.1":
+            return squad_eval.evaluate(examples, answers, version="1.1")
+        metrics = squad_eval.evaluate(examples, answers, version="2.0")
+        # The best threshold, searched with every question answered by its best span.
+        best = squad_eval.evaluate(examples, _by_id(examples, predictions, "best_span"),
+                                   _by_id(examples, predictions, "null_score_diff"))
+        return {**metrics, **{key: value for key, value in best.items() if key.startswith("best_")}}
+
+    def parse_input(self, value):
+        if (isinstance(value, (list, tuple)) and len(value) == 2
+                and all(isinstance(text, str) for text in value)):
+            return Question("", value[0], value[1], (), (), False)
+        if (isinstance(value, dict) and isinstance(value.get("question"), str)
+                and isinstance(value.get("context"), str)):
+            return Question(str(value.get("id", "")), value["question"], value["context"], (), (),
+                            False, n_best=bool(value.get("n_best", False)))
+        raise UserError(f"expected an object with 'question' and 'context' or a [question, "
+                        f"context] pair, got {value!r:.80}")
+
+    def after_training(self, model, backbone, run):
+        """Tunes the v2.0 threshold on the validation set; writes `predictions.json` for it.
+
+        `predictions.json` is `{id: answer}` as the official scripts read it; v2.0
+        adds `null_odds.json` (`{id: null_score_diff}`) for their `--na-prob-file`.
+        """
+        from bertkit import squad_eval
+        from bertkit.inference import predict_rows
+        from bertkit.run_dir import read_json, write_json
+
+        if not self.data.validation:
+            return
+        description = read_json(run.task_file)
+        examples, _ = read_squad(self.data.validation)  # read() already reported skipped answers
+        features = self.featurize(examples, training=False)
+        outputs = predict_rows(self, model, features, 2 * description["batch_size"],
+                               tuple(description["bucket_lengths"]))
+        predictions = self.decode(examples, features, outputs)
+        v2 = self.options.version == "2.0"
+        if v2 and self.options.null_score_threshold is None:
+            # In place: the description the export writes holds this same state dict.
+            self.state["null_score_threshold"] = self._tuned_threshold(examples, predictions)
+            write_json(run.task_file, {**description, "state": self.state})
+            predictions = self.decode(examples, features, outputs)
+        squad_eval.write_predictions(run.path / "predictions.json",
+                                     _by_id(examples, predictions, "answer"))
+        if v2:
+            squad_eval.write_predictions(run.path / "null_odds.json",
+                                         _by_id(examples, predictions, "null_score_diff"))
+
+    def _tuned_threshold(self, examples, predictions) -> float:
+        """The official best-F1 threshold, moved halfway to the next question's value.
+
+        Every threshold in between gives the same validation F1; the midpoint
+        keeps a margin on both sides instead of sitting on one question's score.
+        """
+        best = self.evaluate(examples, predictions)["best_f1_thresh"]
+        above = [p["null_score_diff"] for p in predictions
+                 if best < p["null_score_diff"] < float("inf")]
+        return (best + min(above)) / 2 if above else best
+
+    # ---- export
+    def serving_inputs(self):
+        import tensorflow as tf
+
+        return {name: tf.TensorSpec([None], tf.string, name=name)
+                for name in ("question", "context")}
+
+    def serve(self, model, inputs):
+        """featurize + model + decode in TensorFlow ops, windows included."""
+        import tensorflow as tf
+        import tensorflow_text as tf_text
+
+        from bertkit.span_decoding import decode_answer_spans
+
+        self._check_room()
+        contexts = inputs["context"]
+        questions = self.tokenizer.tokenize(inputs["question"])[:, :self.options.max_query_length]
+        pieces, byte_starts, byte_ends = self.tokenizer.tokenize_with_offsets(contexts)
+
+        # ---- windows: [CLS] question [SEP] context pieces [SEP], as in featurize
+        example_ids, starts, ends = window_layout(questions.row_lengths(), pieces.row_lengths(),
+                                                  self.sequence_length, self.options.doc_stride)
+        first_piece = tf.gather(pieces.row_splits[:-1], example_ids)  # of the window's context
+        starts, ends = starts + first_piece, ends + first_piece  # now into pieces.flat_values
+        tokens = tf.ragged.range(starts, ends)  # (windows, (tokens))
+        window_questions = tf.gather(questions, example_ids)
+        token_ids, segment_ids = self.tokenizer.pack(
+            [window_questions, tf.gather(pieces.flat_values, tokens)], self.sequence_length)
+        logits = tf.cast(model({"token_ids": token_ids.to_tensor(),
+                                "segment_ids": segment_ids.to_tensor(),
+                                "padding_mask": tf.ones_like(token_ids).to_tensor()},
+                               training=False), tf.float32)  # (windows, seq, 2)
+
+        # ---- decoding: the rule of `decode`, with candidate masks laid out like token_ids
+        def layout(flags):  # ragged (windows, (tokens)) -> (windows, seq) bool
+            packed, _ = tf_text.combine_segments(
+                [tf.zeros_like(window_questions), tf.cast(flags, tf.int32)],
+                start_of_sequence_id=0, end_of_segment_id=0)
+            return packed.to_tensor() > 0
+
+        owners = max_context_flags(tokens, starts, ends,
+                                   tf.shape(pieces.flat_values, out_type=tf.int64)[0])
+        spans = decode_answer_spans(
+            logits[:, :, 0], logits[:, :, 1], tf.cast(example_ids, tf.int32), layout(owners),
+            layout(tf.ones_like(tokens)), self.options.max_answer_length, n_best_size=1)
+
+        # ---- the best span's text and character offsets, cut from the context's bytes
+        window = tf.maximum(spans["window_index"][:, 0], 0)  # (examples,)
+        answered = spans["window_index"][:, 0] >= 0
+        if self.options.version == "2.0":
+            answered &= spans["null_score_diff"] <= self.null_score_threshold
+        piece_of_position_0 = tf.gather(starts, window) - questions.row_lengths() - 2
+        byte_start, byte_end = (
+            _gather_or_zero(offsets.flat_values,
+                            piece_of_position_0 + tf.cast(spans[key][:, 0], tf.int64), answered)
+            for offsets, key in ((byte_starts, "start_index"), (byte_ends, "end_index")))
+        answer = tf.strings.substr(contexts, byte_start, byte_end - byte_start, unit="BYTE")
+        start = tf.strings.length(tf.strings.substr(contexts, tf.zeros_like(byte_start),
+                                                    byte_start, unit="BYTE"), unit="UTF8_CHAR")
+        end = start + tf.strings.length(answer, unit="UTF8_CHAR")
+        outputs = {"answer": answer,
+                   "start": tf.where(answered, start, -1), "end": tf.where(answered, end, -1),
+                   "score": tf.where(answered, spans["span_score"][:, 0], spans["null_score"])}
+        if self.options.version == "2.0":
+            outputs["null_score_diff"] = spans["null_score_diff"]
+        return outputs
+
+
+def span_loss(targets, logits):
+    """Mean of the start and end cross-entropies; targets (batch, 2), logits (batch, seq, 2)."""
+    from keras import ops
+
+    per_side = ops.sparse_categorical_crossentropy(  # (batch, 2)
+        ops.cast(targets, "int32"), ops.transpose(logits, (0, 2, 1)), from_logits=True)
+    return ops.mean(per_side, axis=-1)
+
+
+def character_offsets(text: str, byte_starts, byte_ends):
+    """Byte offsets into `text`'s UTF-8 (from the tokenizer) -> character offsets.
+
+    Example:
+        >>> starts, ends = character_offsets("Renée ok", np.array([0, 7]), np.array([6, 9]))
+        >>> starts.tolist(), ends.tolist()
+        ([0, 6], [5, 8])
+    """
+    if text.isascii():
+        return np.asarray(byte_starts), np.asarray(byte_ends)
+    encoded = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    is_char_start = (encoded & 0xC0) != 0x80  # not a UTF-8 continuation byte
+    char_of_byte = np.append(np.cumsum(is_char_start) - 1, len(text))
+    return char_of_byte[byte_starts], char_of_byte[byte_ends]
+
+
+def answer_tokens(example, char_starts, char_ends) -> tuple[int, int] | None:
+    """(first, last) context tokens of the example's first answer; None without one.
+
+    Example:
+        >>> example = QAExample("q", "Who?", "Ada wrote", ("wrote",), (4,), False)
+        >>> answer_tokens(example, np.array([0, 4]), np.array([3, 9]))
+        (1, 1)
+    """
+    if not example.answers:
+        return None
+    start = example.answer_starts[0]
+    end = start + len(example.answers[0])
+    inside = np.flatnonzero((char_ends > start) & (char_starts < end))
+    return (int(inside[0]), int(inside[-1])) if len(inside) else None
+
+
+def window_layout(question_lengths, context_lengths, sequence_length: int, doc_stride: int):
+    """`bertkit.windows.sliding_windows` for a batch, in TensorFlow ops.
+
+    Returns, per window, its example (int64, non-decreasing) and its first and
+    end (exclusive) context token.
+    """
+    import tensorflow as tf
+
+    size = sequence_length - 3 - question_lengths  # context tokens per window, (batch,)
+    step = tf.minimum(tf.cast(doc_stride, size.dtype), size)
+    count = 1 + (tf.maximum(context_lengths - size, 0) + step - 1) // step  # windows per example
+    example_ids = tf.repeat(tf.range(tf.size(count, out_type=tf.int64)), count)
+    starts = tf.ragged.range(count).flat_values * tf.gather(step, example_ids)
+    ends = tf.minimum(starts + tf.gather(size, example_ids),
+                      tf.gather(context_lengths, example_ids))
+    return example_ids, starts, ends
+
+
+def max_context_flags(tokens, starts, ends, num_tokens):
+    """Ragged bool like `tokens`: is the window the token's max-context window?
+
+    `bertkit.windows.max_context_windows` in TensorFlow ops, for windows
+    `[starts[w], ends[w])` of indices into all contexts' pieces: the context
+    score times 100, in integers; ties go to the earlier window.
+    """
+    import tensorflow as tf
+
+    window, token = tokens.value_rowids(), tokens.flat_values
+    start, end = tf.gather(starts, window), tf.gather(ends, window)
+    score = 100 * tf.minimum(token - start, end - 1 - token) + (end - start)
+    best = tf.gather(tf.math.unsorted_segment_max(score, token, num_tokens), token)
+    contender = tf.where(score == best, window, tf.size(starts, out_type=tf.int64))
+    owner = tf.gather(tf.math.unsorted_segment_min(contender, token, num_tokens), token)
+    return tokens.with_flat_values(owner == window)
+
+
+def _gather_or_zero(values, indices, keep):
+    """values[indices] where `keep`, else 0; safe when `values` is empty."""
+    import tensorflow as tf
+
+    padded = tf.concat([values, tf.zeros([1], values.dtype)], 0)
+    return tf.gather(padded, tf.where(keep, indices, tf.shape(values, out_type=indices.dtype)[0]))
+
+
+def _by_id(examples, predictions, key: str) -> dict:
+    return {e.id: p[key] for e, p in zip(examples, predictions, strict=True)}
+
+
+def _tokenize(tokenize, texts: list[str]) -> list[tuple]:
+    """Per text, a tuple of the numpy rows of each ragged tensor `tokenize` returns."""
+    import tensorflow as tf
+
+    from bertkit.tokenizer import _split_rows  # ragged -> numpy rows
+
+    rows = []
+    for first in range(0, len(texts), _TOKENIZE_CHUNK):
+        outputs = tokenize(tf.constant(texts[first:first + _TOKENIZE_CHUNK], tf.string))
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        rows += zip(*(_split_rows(output) for output in outputs), strict=True)
+    return rows
+
+
+def _pad(rows: list, width: int, dtype) -> np.ndarray:
+    padded = np.zeros((len(rows), width), dtype=dtype)
+    for i, row in enumerate(rows):
+        padded[i, :len(row)] = row
+    return padded

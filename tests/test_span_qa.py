@@ -1,0 +1,188 @@
+"""Tests for the span_qa task: windows, decoding by hand, v2.0 training, SavedModel parity."""
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from bertkit_tasks.span_qa import SpanQAOptions, SpanQATask, max_context_flags, window_layout
+
+import bertkit
+from bertkit.recipe import load_recipe
+from bertkit.squad import QAExample
+from bertkit.testing import FILLER, POSITIVE, tiny_vocabulary, write_tiny_checkpoint
+from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.windows import max_context_windows, sliding_windows
+
+WORDS = [w for w in FILLER if w not in ("what", "is", "it", ".")] + ["Zoë", "café", "Renée"]
+QUESTION = "what is it ?"
+SEQUENCE_LENGTH = 32  # windows of 25 context pieces after [CLS] what is it ? [SEP]
+
+
+def qa_lines(count, seed, *, impossible_every=3):
+    """JSON lines whose answer is the context's one POSITIVE word; some have none (v2.0)."""
+    rng = random.Random(seed)
+    lines = []
+    for i in range(count):
+        words = rng.choices(WORDS, k=rng.choice([4, 8, 12, 40]))  # 40: several windows
+        answers = {"text": [], "answer_start": []}
+        if i % impossible_every:
+            at = rng.randrange(len(words) + 1)
+            words.insert(at, rng.choice(POSITIVE))
+            answers = {"text": [words[at]], "answer_start": [len(" ".join(words[:at] + [""]))]}
+        lines.append({"id": f"q{i}", "question": QUESTION, "context": " ".join(words),
+                      "answers": answers})
+    return lines
+
+
+def write_lines(path, lines):
+    path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
+    return path
+
+
+def make_task(version="1.1", sequence_length=16, **options):
+    tokenizer = WordPieceTokenizer(tiny_vocabulary(), lowercase=True)
+    return SpanQATask(SpanQAOptions(version=version, **options), None, tokenizer, sequence_length)
+
+
+def test_accented_context_targets_and_hand_made_decode():
+    task = make_task(sequence_length=32, max_query_length=4)
+    context = "Zoë and Renée visited John Smith in London."
+    example = QAExample("q", "who did ?", context, ("John Smith",), (context.index("John"),), False)
+    features = task.featurize([example], training=False)
+    pieces = [task.tokenizer.vocabulary[i] for i in features.columns["token_ids"][0]]
+    start, end = features.columns["start_positions"][0], features.columns["end_positions"][0]
+    assert (pieces[start], pieces[end]) == ("john", "smith")
+    logits = np.zeros((len(pieces), 2), np.float32)
+    logits[start, 0], logits[end, 1] = 5.0, 4.0
+    (prediction,) = task.decode([example], features, {"logits": [logits]})
+    assert prediction == {"answer": "John Smith", "start": 22, "end": 32, "score": 9.0}
+
+
+def test_long_context_windows_target_the_answer_where_it_is():
+    task = make_task(max_query_length=4, doc_stride=4)  # 16 - len([CLS] who ? [SEP] [SEP]) = 11
+    context = " ".join(["the film"] * 8 + ["John Smith"] + ["a show"] * 4)  # 26 pieces
+    example = QAExample("q", "who ?", context, ("Smith",), (context.index("Smith"),), False)
+    features = task.featurize([example], training=False)
+    assert len(features) == 5 and features.example_index.tolist() == [0] * 5
+    assert max(features.lengths()) <= 16
+    targets = list(zip(features.columns["start_positions"], features.columns["end_positions"],
+                       strict=True))
+    assert targets == [(0, 0), (0, 0), (13, 13), (9, 9), (5, 5)]  # "smith": context piece 17
+    # Windows 2-4 hold "smith"; only window 3 (most context) may start an answer there.
+    logits = [np.zeros((n, 2), np.float32) for n in features.lengths()]
+    logits[3][9], logits[4][5] = 3.0, 10.0
+    (prediction,) = task.decode([example], features, {"logits": logits})
+    assert (prediction["answer"], prediction["score"]) == ("Smith", 6.0)
+
+
+def test_graph_windows_match_the_python_rule():
+    rng = random.Random(0)
+    question_lengths = [rng.randint(0, 8) for _ in range(40)]
+    context_lengths = [rng.randint(0, 40) for _ in range(40)]
+    example_ids, starts, ends = window_layout(tf.constant(question_lengths, tf.int64),
+                                              tf.constant(context_lengths, tf.int64), 16, 3)
+    first_piece = np.cumsum([0] + context_lengths)[example_ids.numpy()]
+    tokens = tf.ragged.range(starts + first_piece, ends + first_piece)
+    flags = max_context_flags(tokens, starts + first_piece, ends + first_piece,
+                              tf.constant(sum(context_lengths), tf.int64))
+    windows = list(zip(example_ids.numpy(), starts.numpy(), ends.numpy(), flags.to_list(),
+                       strict=True))
+    for example, (question, length) in enumerate(zip(question_lengths, context_lengths,
+                                                     strict=True)):
+        expected = sliding_windows(length, 16 - 3 - question, 3)
+        owners = max_context_windows(expected, length)
+        mine = [w[1:] for w in windows if w[0] == example]
+        assert [(s, e) for s, e, _ in mine] == expected
+        assert [f for _, _, f in mine] == [[owners[t] == i for t in range(s, e)]
+                                           for i, (s, e) in enumerate(expected)]
+
+
+def test_v1_rejects_unanswerable_questions(tmp_path):
+    path = write_lines(tmp_path / "dev.jsonl", qa_lines(3, seed=0))
+    with pytest.raises(bertkit.UserError, match="has no answer.*task.version: '2.0'"):
+        make_task().read(str(path))
+
+
+@pytest.mark.parametrize("name", ["squad", "squad_v2"])
+def test_recipes_load(name):
+    recipe = load_recipe(Path(__file__).parents[1] / "recipes" / f"{name}.yaml")
+    assert recipe.task == "span_qa"
+    assert recipe.task_options.version == ("2.0" if name == "squad_v2" else "1.1")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("span_qa")
+    recipe = {
+        "schema": 1,
+        "task": {"name": "span_qa", "version": "2.0", "max_query_length": 8, "doc_stride": 8},
+        "backbone": {"preset": str(write_tiny_checkpoint(folder / "ckpt")),
+                     "sequence_length": SEQUENCE_LENGTH},
+        "data": {"train": str(write_lines(folder / "train.jsonl", qa_lines(240, seed=1))),
+                 "validation": str(write_lines(folder / "dev.jsonl", qa_lines(60, seed=2)))},
+        "training": {"epochs": 3, "batch_size": 16, "learning_rate": 3e-3, "warmup_ratio": 0.0,
+                     "bucket_lengths": [SEQUENCE_LENGTH]},  # one shape: one trace
+    }
+    bertkit.finetune(recipe, output_dir=folder / "run", verbose=0)
+    return folder
+
+
+def test_learns_answers_and_no_answers(run):
+    metrics = json.loads((run / "run" / "metrics.json").read_text())
+    epochs = metrics["epochs"]
+    assert epochs[-1]["loss"] < epochs[0]["loss"]
+    final = metrics["final"]["validation"]
+    assert {"exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(final)
+    assert final["f1"] > 70 and final["best_f1"] > 70
+    state = json.loads((run / "run" / "model" / "task.json").read_text())["state"]
+    assert state["null_score_threshold"] >= final["best_f1_thresh"]  # tuned: margin above it
+
+
+def test_predict_matches_the_evaluation_path(run):
+    model = bertkit.load(run / "run")
+    dev = [json.loads(line) for line in (run / "dev.jsonl").read_text().splitlines()]
+    predictions = model.predict([{"question": d["question"], "context": d["context"]}
+                                 for d in dev])
+    official = json.loads((run / "run" / "predictions.json").read_text())
+    assert [p["answer"] for p in predictions] == [official[d["id"]] for d in dev]
+    for d, p in zip(dev, predictions, strict=True):
+        assert d["context"][p["start"]:p["end"]] == p["answer"]
+    (pair,) = model.predict([(QUESTION, dev[1]["context"])])  # alone: other batch shapes
+    assert pair == pytest.approx(predictions[1], abs=1e-4)
+    (with_n_best,) = model.predict([{**dev[1], "n_best": True}])
+    assert with_n_best["n_best"][0]["answer"] == predictions[1]["best_span"]
+
+
+SERVE = """
+import json, sys
+import tensorflow as tf, tensorflow_text  # noqa: F401
+serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+inputs = json.loads(sys.stdin.read())
+outputs = serve(question=tf.constant(inputs["question"]), context=tf.constant(inputs["context"]))
+assert "keras_hub" not in sys.modules and "bertkit" not in sys.modules
+print(json.dumps({k: [x.decode() if isinstance(x, bytes) else x.item() for x in v.numpy()]
+                  for k, v in outputs.items()}))
+"""
+
+
+def test_saved_model_in_a_fresh_process_matches_predict(run):
+    dev = [json.loads(line) for line in (run / "dev.jsonl").read_text().splitlines()][:12]
+    long_context = " ".join(["Renée"] + ["the film"] * 30 + ["lovely", "café"])  # 4 windows
+    inputs = {"question": [d["question"] for d in dev] + [QUESTION, QUESTION, ""],
+              "context": [d["context"] for d in dev] + [long_context, "", "Zoë"]}
+    result = subprocess.run([sys.executable, "-c", SERVE, str(run / "run" / "saved_model")],
+                            input=json.dumps(inputs), capture_output=True, text=True, check=True)
+    served = json.loads(result.stdout)
+    expected = bertkit.load(run / "run").predict(
+        list(zip(inputs["question"], inputs["context"], strict=True)))
+    assert served["answer"] == [p["answer"] for p in expected]
+    assert served["start"] == [p["start"] for p in expected]
+    assert served["end"] == [p["end"] for p in expected]
+    np.testing.assert_allclose(served["score"], [p["score"] for p in expected], atol=1e-4)
+    np.testing.assert_allclose(served["null_score_diff"],
+                               [p["null_score_diff"] for p in expected], atol=1e-4)

@@ -1,0 +1,166 @@
+"""Tagging: IOB1 data converted, windows over long sentences, offsets, SavedModel parity."""
+
+import json
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from bertkit_tasks.tagging import (
+    TaggingData,
+    TaggingOptions,
+    TaggingTask,
+    fix_word_pieces,
+    windowed_rows,
+)
+
+import bertkit
+from bertkit.errors import UserError
+from bertkit.inference import predict_examples
+from bertkit.testing import tiny_vocabulary, write_tiny_checkpoint
+from bertkit.tokenizer import WordPieceTokenizer
+
+SEQUENCE_LENGTH = 32
+OTHER = ["the", "a", "film", "was", "very", "and", "it", "this", "visited", "works", "for", "who",
+         "at", "of", "ok", "."]
+PEOPLE, CITIES = ["john", "smith", "bob", "ann"], ["paris", "london", "rome", "oslo"]
+
+
+def sentence(rng: random.Random) -> list[tuple[str, str]]:
+    """(word, IOB1 tag) pairs: a name after "mr" is PER, a city after "in" is LOC."""
+    words = [(w, "O") for w in rng.sample(OTHER, rng.randint(2, 6))]
+    for cue, names, type_ in (("mr", PEOPLE, "PER"), ("in", CITIES, "LOC")):
+        at = rng.randint(0, len(words))
+        words[at:at] = [(cue, "O"), (rng.choice(names), f"I-{type_}")]
+    if rng.random() < 0.3:
+        words += [("acme", "I-ORG"), ("corp", "I-ORG")]
+    return words
+
+
+def write_conll(path, count: int, seed: int) -> None:
+    rng = random.Random(seed)
+    lines = ["-DOCSTART- -X- O", ""]
+    for _ in range(count):
+        lines += [f"{word} NN {tag}" for word, tag in sentence(rng)] + [""]
+    path.write_text("\n".join(lines))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tagging")
+    write_conll(tmp / "train.txt", 200, seed=0)
+    write_conll(tmp / "dev.txt", 40, seed=1)
+    recipe = {"schema": 1, "task": {"name": "tagging", "window_stride": 10},
+              "backbone": {"preset": str(write_tiny_checkpoint(tmp / "ckpt")),
+                           "sequence_length": SEQUENCE_LENGTH},
+              "data": {"train": str(tmp / "train.txt"), "validation": str(tmp / "dev.txt"),
+                       "scheme": "iob1"},
+              "training": {"epochs": 5, "batch_size": 16, "learning_rate": 3e-3}}
+    bertkit.finetune(recipe, output_dir=tmp / "run", verbose=0)
+    return tmp, bertkit.load(tmp / "run")
+
+
+def long_words(count: int) -> list[str]:
+    rng, words = random.Random(7), []
+    while len(words) < count:
+        words += [word for word, _ in sentence(rng)]
+    return words
+
+
+def test_learns_iob1_data_converted_to_iob2(run):
+    tmp, model = run
+    assert model.task.labels == ["O", "B-LOC", "B-ORG", "I-ORG", "B-PER"]  # file: I- only
+    metrics = json.loads((tmp / "run" / "metrics.json").read_text())
+    assert metrics["epochs"][-1]["loss"] < metrics["epochs"][0]["loss"]
+    final = metrics["final"]["validation"]
+    assert final["f1"] > 0.6 and set(final["per_type"]) >= {"LOC", "PER"}
+    assert "PER: precision" in model.task.format_metrics(model.evaluate())
+    (tmp / "bad.txt").write_text("John NN I-PER\nlives NN E-PER\n")
+    with pytest.raises(UserError, match=r"bad.txt:2: word 2: 'E-PER' does not belong"):
+        model.task.read(str(tmp / "bad.txt"))
+
+
+def test_long_sentence_is_windowed_and_no_word_dropped(run):
+    tmp, model = run
+    task = model.task
+    words = long_words(3 * SEQUENCE_LENGTH) + ["mr", "\x07", "smith"]  # \x07: no word pieces
+    features = task.featurize([task.parse_input(words)], training=False)
+    assert len(features) > 3 and features.lengths().max() <= SEQUENCE_LENGTH
+    [(rows, positions)] = features.extras["read_at"]  # each word's first piece, in its window
+    pieces = task.tokenizer.tokenize_words(tf.ragged.constant([words])).to_list()[0]
+    assert [features.columns["token_ids"][r][p] for r, p in zip(rows, positions, strict=True)] \
+        == [p[0] if p else task.tokenizer.unk_id for p in pieces]
+    [prediction] = model.predict([words])
+    assert len(prediction["tags"]) == len(words) and prediction["tags"][-1] == "B-PER"
+    assert max(e["start"] for e in prediction["entities"]) > 2 * SEQUENCE_LENGTH
+    # the evaluation path (tagged sentences read from a file) decodes the same way
+    (tmp / "long.txt").write_text("\n".join(f"{word} O" for word in words))
+    examples = task.read(str(tmp / "long.txt"))
+    assert predict_examples(task, model.model, examples, 8, model.buckets) == [prediction]
+
+
+@pytest.mark.parametrize("sequence_length, stride", [(8, 1), (8, 6), (12, 5), (16, None)])
+def test_graph_windows_match_featurize(sequence_length, stride):
+    vocabulary = tiny_vocabulary()
+    tokenizer = WordPieceTokenizer(vocabulary, lowercase=True)
+    task = TaggingTask(TaggingOptions(window_stride=stride), TaggingData(), tokenizer,
+                       sequence_length, {"labels": ["O"]})
+    rng = random.Random(sequence_length)
+    choices = ["paris", "unbelievably", "qzxwvk", "x", "\x07", "smith", "a-b"]
+    sentences = [rng.choices(choices, k=rng.randint(0, 30)) for _ in range(6)]
+    features = task.featurize([task.parse_input(words) for words in sentences], training=False)
+    pieces = fix_word_pieces(tokenizer.tokenize_words(tf.ragged.constant(sentences, tf.string)),
+                             tokenizer.unk_id, task.max_word_pieces)
+    rows, row, position = windowed_rows(pieces, task.window_size, task.stride,
+                                        tokenizer.cls_id, tokenizer.sep_id)
+    assert rows.to_list() == [ids.tolist() for ids in features.columns["token_ids"]]
+    read_at = features.extras["read_at"]
+    assert row.numpy().tolist() == [r for rows_, _ in read_at for r in rows_.tolist()]
+    assert position.numpy().tolist() == [p for _, ps in read_at for p in ps.tolist()]
+
+
+def test_raw_text_entities_have_character_offsets(run):
+    _, model = run
+    words = long_words(40)
+    text = "Zoë’s café — " + " ".join(words) + " and Mr Smith in Paris."
+    [prediction] = model.predict([text])
+    assert prediction["entities"], prediction
+    for entity in prediction["entities"]:
+        assert entity["text"] == text[entity["start"]:entity["end"]]
+        assert 0 < entity["score"] <= 1
+    smith = text.index("Smith")
+    assert ("PER", smith, smith + 5) in {(e["type"], e["start"], e["end"])
+                                         for e in prediction["entities"]}
+    [as_words] = model.predict([words])  # the same words, pre-split
+    [as_text] = model.predict([" ".join(words)])
+    assert [(e["type"], e["text"]) for e in as_words["entities"]] \
+        == [(e["type"], e["text"]) for e in as_text["entities"]]
+
+
+FRESH = """
+import json, sys
+import tensorflow as tf, tensorflow_text  # noqa: F401
+assert "keras_hub" not in sys.modules and "bertkit" not in sys.modules
+texts = json.loads(sys.stdin.read())
+out = tf.saved_model.load(sys.argv[1]).signatures["serving_default"](text=tf.constant(texts))
+out = {k[len("entity_"):]: v.numpy().tolist() for k, v in out.items()}
+keys = ["text", "type", "start", "end", "score"]
+print(json.dumps([[{k: out[k][i][j].decode() if k in ("text", "type") else out[k][i][j]
+                    for k in keys} for j in range(out["count"][i])] for i in range(len(texts))]))
+"""
+
+
+def test_saved_model_in_a_fresh_process_matches_predict(run):
+    tmp, model = run
+    texts = ["Mr Smith visited Paris.", "", "Zoë’s café in Rome, mr Ann", " ".join(long_words(100))]
+    result = subprocess.run([sys.executable, "-c", FRESH, str(tmp / "run" / "saved_model")],
+                            input=json.dumps(texts), capture_output=True, text=True, check=True)
+    exported = json.loads(result.stdout)
+    expected = [p["entities"] for p in model.predict(texts)]
+    assert sum(map(len, expected)) >= 3
+    for got, want in zip(exported, expected, strict=True):
+        assert [{**e, "score": 0} for e in got] == [{**e, "score": 0} for e in want]
+        np.testing.assert_allclose([e["score"] for e in got], [e["score"] for e in want],
+                                   atol=1e-4)

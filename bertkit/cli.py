@@ -119,10 +119,12 @@ def _evaluate(args):
     from bertkit.run_dir import write_json
 
     model = bertkit.load(args.run_dir)
-    metrics = model.evaluate(args.data)
+    output = model.run.path / "evaluation"
+    output.mkdir(exist_ok=True)
+    metrics = model.evaluate(args.data, predictions_dir=output)
     print(model.task.format_metrics(metrics))
-    write_json(model.run.path / "evaluation.json", {"data": args.data or "validation",
-                                                    "metrics": metrics})
+    write_json(output / "metrics.json", {"data": args.data or "validation", "metrics": metrics})
+    print(f"wrote {output}")
 
 
 def _predict(args):

@@ -68,11 +68,16 @@ def _examples_from_json(value: dict) -> list:
 
 def write_feature_file(path, *, description: dict, train: Features,
                        validation: Features | None, validation_examples: list | None) -> Path:
-    """Saves featurized splits and what is needed to evaluate the validation split."""
+    """Saves featurized splits and what is needed to evaluate the validation split.
+
+    Validation rows whose decoding needs extras (character offsets, windows: tagging,
+    span QA) are left out: those tasks decode with TensorFlow ops anyway, so their
+    validation is evaluated where TensorFlow is (`bertkit evaluate RUN_DIR`).
+    """
     arrays: dict = {}
     header = {"format": FORMAT_VERSION, "description": description,
               "train": _pack_features("train", train, arrays)}
-    if validation is not None:
+    if validation is not None and not validation.extras:
         header["validation"] = _pack_features("validation", validation, arrays)
         header["validation_examples"] = _examples_to_json(validation_examples or [])
     arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)

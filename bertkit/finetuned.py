@@ -62,8 +62,13 @@ class FineTunedModel:
         return predict_examples(self.task, self.model, examples,
                                 batch_size or 2 * self.description["batch_size"], self.buckets)
 
-    def evaluate(self, path=None, batch_size: int | None = None) -> dict:
-        """The task's metrics on a labelled file (default: the recipe's validation file)."""
+    def evaluate(self, path=None, batch_size: int | None = None,
+                 predictions_dir=None) -> dict:
+        """The task's metrics on a labelled file (default: the recipe's validation file).
+
+        With `predictions_dir`, the task also writes its predictions there in its
+        field's format where it has one (e.g. SQuAD's `{id: answer}` JSON).
+        """
         path = path or self.task.data.validation or self.task.data.test
         if path is None:
             raise UserError("no evaluation file: pass --data FILE")
@@ -71,6 +76,8 @@ class FineTunedModel:
         predictions = predict_examples(self.task, self.model, examples,
                                        batch_size or 2 * self.description["batch_size"],
                                        self.buckets)
+        if predictions_dir is not None:
+            self.task.write_predictions(examples, predictions, Path(predictions_dir))
         return self.task.evaluate(examples, predictions)
 
     def export(self, directory) -> Path:

@@ -20,6 +20,7 @@ What a task declares, each as a small piece:
 `loss`, `metrics`      Keras loss and progress-bar metrics
 `decode`               model outputs -> user-facing predictions per example
 `evaluate`             examples + predictions -> metrics dict
+`write_predictions`    optional: predictions in the field's file format (SQuAD JSON)
 `parse_input`          one raw user input (str, pair, dict) -> example
 `serving_inputs`,      the exported SavedModel signature: raw strings in,
 `serve`                decoded outputs out, in TensorFlow ops
@@ -147,6 +148,9 @@ class Task:
 
     def evaluate(self, examples: list, predictions: list[dict]) -> dict:
         raise NotImplementedError
+
+    def write_predictions(self, examples: list, predictions: list[dict], directory) -> None:
+        """Writes evaluation predictions in the field's own format, if it has one."""
 
     def format_metrics(self, metrics: dict) -> str:
         return "\n".join(f"{key}: {value:.4f}" for key, value in metrics.items()

@@ -58,8 +58,12 @@ def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
     path = write_feature_file(out, description=data.description, train=data.train_features,
                               validation=data.validation_features,
                               validation_examples=data.validation)
+    kept = data.validation_features is not None and not data.validation_features.extras
     print(f"wrote {path}: {len(data.train_features)} training rows, "
-          f"{len(data.validation_features or [])} validation rows")
+          f"{len(data.validation_features) if kept else 0} validation rows")
+    if data.validation_features is not None and not kept:
+        print(f"the {recipe.task} task decodes with TensorFlow: evaluate the trained run "
+              "with 'bertkit evaluate RUN_DIR' where TensorFlow is installed")
     return path
 
 

@@ -108,3 +108,19 @@ def test_sequence_length_and_lowercase_errors(checkpoint):
     with pytest.raises(UserError, match="backbone.lowercase: lowercase: false contradicts the "
                                         "uncased"):
         load_pretrained(folder, sequence_length=64, lowercase=False)
+
+
+def test_google_checkpoint_folder_uses_googles_tanh_gelu(tmp_path):
+    import tests.test_checkpoints as google
+
+    state = google.random_state()
+    source = google.write_google_checkpoint(tmp_path / "google", state)
+    config = json.loads((source / "bert_config.json").read_text())
+    (source / "bert_config.json").write_text(json.dumps({**config, "hidden_act": "gelu"}))
+    loaded = load_pretrained(str(source), sequence_length=16)
+    assert loaded.hidden_act == "gelu_new"  # Google's modeling.py "gelu" is the tanh form
+    result = loaded.backbone({"token_ids": google.TOKEN_IDS, "segment_ids": google.SEGMENT_IDS,
+                              "padding_mask": google.PADDING_MASK})
+    expected = numpy_bert_forward(state, {**google.CONFIG, "hidden_act": "gelu_new"},
+                                  google.TOKEN_IDS, google.SEGMENT_IDS, google.PADDING_MASK)
+    np.testing.assert_allclose(np.asarray(result["pooled_output"]), expected[1], atol=1e-5)

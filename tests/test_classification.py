@@ -78,6 +78,16 @@ def test_cli_predict_evaluate_and_no_overwrite(run):
     evaluated = subprocess.run(cli + ["evaluate", str(tmp_path / "run")], capture_output=True,
                                text=True, check=True)
     assert evaluated.stdout.startswith("accuracy: ")
+    saved = json.loads((tmp_path / "run" / "evaluation" / "metrics.json").read_text())
+    assert saved["metrics"]["accuracy"] == float(evaluated.stdout.split()[1])
+    exported = subprocess.run(cli + ["export", str(tmp_path / "run"), "--out",
+                                     str(tmp_path / "exported")], capture_output=True, text=True)
+    assert exported.returncode == 0, exported.stderr
+    assert serve_in_fresh_process(tmp_path / "exported", {"text": TEXTS[:1]})["label"] == [
+        "positive"]
+    again = subprocess.run(cli + ["export", str(tmp_path / "run"), "--out",
+                                  str(tmp_path / "exported")], capture_output=True, text=True)
+    assert again.returncode == 2 and "export folder exists and is not empty" in again.stderr
     (tmp_path / "r.yaml").write_text(json.dumps({**recipe(tmp_path),
                                                  "output_dir": str(tmp_path / "run")}))
     before = (tmp_path / "run" / "model" / "model.weights.h5").read_bytes()
@@ -128,3 +138,11 @@ def test_data_errors_name_file_and_line(tmp_path):
     with pytest.raises(UserError, match=r"dev.tsv:3: label: unknown label 'meh'; the model "
                                         r"knows: positive"):
         bertkit.finetune(spec, output_dir=tmp_path / "run3", verbose=0)
+
+
+def test_csv_files_with_quoted_commas(tmp_path):
+    from bertkit.tabular import read_rows
+
+    (tmp_path / "d.csv").write_text('text,label\n"good, warm film",pos\nbad,neg\n')
+    assert list(read_rows(tmp_path / "d.csv", "csv", ["text", "label"])) == [
+        (2, {"text": "good, warm film", "label": "pos"}), (3, {"text": "bad", "label": "neg"})]

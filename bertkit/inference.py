@@ -22,6 +22,7 @@ def predict_rows(task, model, features: Features, batch_size: int, buckets) -> d
         result = model.predict_on_batch(inputs)
         if not isinstance(result, dict):
             result = {"logits": result}
+        result = task.reduce_outputs(batch, {k: np.asarray(v) for k, v in result.items()})
         for name, values in result.items():
             values = np.asarray(values)
             per_row = outputs.setdefault(name, [None] * len(features))

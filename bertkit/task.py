@@ -13,11 +13,15 @@ What a task declares, each as a small piece:
 `Data`                 frozen dataclass of data options, subclass of `DataFiles`
 `monitor`, `mode`      the evaluation metric that picks the best checkpoint
 `read`                 file -> examples (raise `UserError` with file and line)
+`split_validation`     optional: hold out part of the training data when there is no
+                       validation file (MLM holds out documents)
 `fit_state`            train examples -> JSON state saved with the model (labels)
 `featurize`            examples -> `Features` (tokenized rows, windows included)
 `make_batch`           padded batch -> (inputs, targets, sample_weights)
 `build_model`          backbone -> Keras model with the head (keras.ops only)
 `loss`, `metrics`      Keras loss and progress-bar metrics
+`reduce_outputs`       optional: shrink a batch's outputs before they are kept
+                       (MLM keeps per-row loss and top-k, not vocabulary logits)
 `decode`               model outputs -> user-facing predictions per example
 `evaluate`             examples + predictions -> metrics dict
 `write_predictions`    optional: predictions in the field's file format (SQuAD JSON)
@@ -118,6 +122,10 @@ class Task:
     def read(self, path: str) -> list:
         raise NotImplementedError
 
+    def split_validation(self, train_examples: list) -> tuple[list, list | None]:
+        """(train, validation) when the recipe names no validation file; default: no split."""
+        return train_examples, None
+
     def fit_state(self, train_examples: list) -> dict:
         return {}
 
@@ -143,6 +151,10 @@ class Task:
         return []
 
     # ---- outputs
+    def reduce_outputs(self, batch: dict, outputs: dict) -> dict:
+        """A batch's model outputs (numpy, name -> (batch, ...)) as they should be kept."""
+        return outputs
+
     def decode(self, examples: list, features: Features, outputs: dict) -> list[dict]:
         raise NotImplementedError
 

@@ -95,7 +95,10 @@ class _TaskData:
         train = task.read(recipe.data.train)  # before the model loads: data errors come fast
         if not train:
             raise UserError("no training examples", source=recipe.data.train)
-        validation = task.read(recipe.data.validation) if recipe.data.validation else None
+        if recipe.data.validation:
+            validation = task.read(recipe.data.validation)
+        else:
+            train, validation = task.split_validation(train)
         task.state = state if state is not None else task.fit_state(train)
         pretrained = cls._backbone(recipe, load_pretrained)
         task.tokenizer = pretrained.tokenizer

@@ -1,0 +1,471 @@
+"""Masked-LM (+ next-sentence prediction) continued pretraining, and fill-mask prediction.
+
+Adapts a backbone to a domain's text as BERT was pretrained: segment pairs
+`[CLS] A [SEP] B [SEP]` cut from a corpus once (seeded, `create_instances`),
+tokens masked anew in every training batch (`mask_tokens`, 80/10/10), a
+masked-LM head tied to the token embeddings plus a next-sentence head. The
+adapted backbone is saved as a keras-hub preset that any recipe can use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from bertkit.errors import UserError
+from bertkit.masking import (
+    default_max_predictions,
+    is_continuation_piece,
+    mask_tokens,
+    word_start_mask,
+)
+from bertkit.pretraining_corpus import create_instances, read_corpus
+from bertkit.task import DataFiles, Features, Task
+
+_field = dataclasses.field
+_CHUNK = 2048  # sentences per eager tokenizer call
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskedLMOptions:
+    next_sentence_prediction: bool = _field(default=True, metadata={
+        "help": "train on A/B pairs with a next-sentence head as well"})
+    short_seq_prob: float = _field(default=0.1, metadata={
+        "min": 0.0, "max": 1.0, "help": "share of documents cut into shorter instances"})
+    mask_rate: float = _field(default=0.15, metadata={"min_exclusive": 0.0, "max": 1.0})
+    whole_word_masking: bool = _field(default=False, metadata={
+        "help": "mask all pieces of a word together"})
+    max_predictions: int | None = _field(default=None, metadata={
+        "min": 1, "help": "masked tokens per row at most; null: sequence_length x mask_rate"})
+    validation_fraction: float = _field(default=0.05, metadata={
+        "min": 0.0, "max": 0.5, "help": "share of training documents held out and evaluated "
+                                        "after training, when data.validation is not given"})
+    seed: int = _field(default=0, metadata={
+        "help": "seeds instances, the held-out split and evaluation masks"})
+    top_k: int = _field(default=5, metadata={"min": 1, "help": "predictions per [MASK]"})
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusData(DataFiles):
+    format: Literal["auto", "text", "jsonl"] = _field(default="auto", metadata={
+        "help": "text: a sentence per line, blank line between documents; jsonl: "
+                '{"text": ...} per line; auto: jsonl for .jsonl/.json files'})
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    sentences: tuple[str, ...]
+    source: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FillMaskQuery:
+    text: str  # with [MASK] markers; "first [SEP] second" for a pair
+
+
+class MaskedLMTask(Task):
+    """Masked-LM and next-sentence pretraining on a corpus; fill-mask prediction.
+
+    Predictions (for texts with `[MASK]`, or `[text, text_pair]` pairs) are
+    `{"masks": [[{"token": str, "score": float}, ...top_k], ...one list per [MASK]]}`.
+    The exported signature takes `text` (a pair written `first [SEP] second`)
+    and returns `tokens` and `scores` `(batch, masks, top_k)`, padded with ""
+    and 0, and `num_masks` `(batch,)`. A `[MASK]` cut off by truncation to
+    `sequence_length` gets no prediction.
+
+    Evaluation (a corpus file, masked once with a fixed seed so epochs compare)
+    reports perplexity (exp of the mean loss per masked token), `mlm_loss`,
+    `masked_accuracy` and `nsp_accuracy`; for it `decode` returns one record per
+    instance, `{"masked_tokens", "correct", "loss", "next_sentence_correct"}`,
+    since an instance may join two documents. Without `data.validation`, a
+    seeded `validation_fraction` of the training documents is kept out of
+    training and evaluated after it (`final.held_out` in metrics.json). The
+    adapted backbone is saved in `<run>/backbone`, a preset for any recipe.
+    """
+
+    name = "mlm"
+    description = "Masked-LM (+ next sentence) continued pretraining; fill-mask predictions."
+    Options = MaskedLMOptions
+    Data = CorpusData
+    monitor = "perplexity"
+    mode = "min"
+    held_out_documents: tuple | list = ()  # set by featurize(training=True)
+
+    # ---- data
+    def read(self, path):
+        documents = read_corpus(path, corpus_format(path, self.data.format))
+        return [Document(tuple(sentences), str(path)) for sentences in documents]
+
+    def split_held_out(self, documents: list) -> tuple[list, list]:
+        """(training, held-out) documents: a seeded split, made only without a validation file."""
+        count = round(len(documents) * self.options.validation_fraction)
+        if self.data.validation or count < 2 or len(documents) - count < 2:
+            return documents, []
+        held = set(np.random.default_rng([self.options.seed, 2]).choice(
+            len(documents), count, replace=False).tolist())
+        return ([d for i, d in enumerate(documents) if i not in held],
+                [d for i, d in enumerate(documents) if i in held])
+
+    def featurize(self, examples, training):
+        if "[MASK]" not in self.tokenizer.vocabulary:
+            raise UserError("the backbone's vocabulary has no [MASK] token")
+        if examples and isinstance(examples[0], FillMaskQuery):
+            return self._featurize_queries(examples)
+        if training:
+            examples, self.held_out_documents = self.split_held_out(examples)
+        rng = np.random.default_rng([self.options.seed, int(training)])
+        instances = self._instances(examples, rng)
+        packed = [pack_instance(i, self.tokenizer.cls_id, self.tokenizer.sep_id) for i in instances]
+        columns = {"token_ids": [ids for ids, _ in packed],
+                   "segment_ids": [segments for _, segments in packed],
+                   "next_sentence": np.array([i.is_random_next for i in instances], np.int32)}
+        if not training:  # masked once, with a fixed seed: every evaluation sees the same
+            columns.update(self._evaluation_masks(columns["token_ids"], rng))
+        # An instance may join two documents, so rows belong to no single example.
+        return Features(columns, example_index=np.full(len(instances), -1))
+
+    def _instances(self, documents, rng):
+        pieces = iter(self._tokenize([s for document in documents for s in document.sentences]))
+        tokenized = [[next(pieces) for _ in document.sentences] for document in documents]
+        source, options = documents[0].source if documents else None, self.options
+        if options.next_sentence_prediction and len(documents) < 2:
+            raise UserError("next-sentence prediction needs at least 2 documents (a blank line "
+                            "ends one); or set next_sentence_prediction: false", source=source)
+        instances = create_instances(tokenized, self.sequence_length, options.short_seq_prob,
+                                     options.next_sentence_prediction, rng=rng)
+        if not instances:
+            raise UserError("the corpus holds no text", source=source)
+        return instances
+
+    def _tokenize(self, sentences: list[str]) -> list[list[int]]:
+        import tensorflow as tf
+
+        pieces = []
+        for start in range(0, len(sentences), _CHUNK):
+            ragged = self.tokenizer.tokenize(tf.constant(sentences[start:start + _CHUNK]))
+            values, splits = ragged.flat_values.numpy().tolist(), ragged.row_splits.numpy()
+            pieces += [values[a:b] for a, b in zip(splits[:-1], splits[1:], strict=True)]
+        return pieces
+
+    @cached_property
+    def _continuation_pieces(self) -> np.ndarray:
+        return is_continuation_piece(self.tokenizer.vocabulary)
+
+    def _mask(self, token_ids, padding_mask, rng) -> dict:
+        """`mask_tokens` on a padded batch; unused prediction slots get the target -1."""
+        special = ((padding_mask == 0) | (token_ids == self.tokenizer.cls_id)
+                   | (token_ids == self.tokenizer.sep_id))
+        starts = (word_start_mask(token_ids, self._continuation_pieces)
+                  if self.options.whole_word_masking else None)
+        masked = mask_tokens(token_ids, special, self.tokenizer.mask_id,
+                             self.tokenizer.vocabulary_size, rng, mask_rate=self.options.mask_rate,
+                             word_starts=starts, max_predictions=self.options.max_predictions
+                             or default_max_predictions(self.sequence_length,
+                                                        self.options.mask_rate))
+        used = masked["mask_weights"] > 0
+        masked["mask_ids"] = np.where(used, masked["mask_ids"], -1).astype(np.int32)
+        return masked
+
+    def _evaluation_masks(self, token_ids: list, rng) -> dict:
+        lengths = np.array([len(ids) for ids in token_ids])
+        padding_mask = np.arange(self.sequence_length)[None, :] < lengths[:, None]
+        padded = np.zeros(padding_mask.shape, np.int32)
+        padded[padding_mask] = np.concatenate(token_ids)
+        masked = self._mask(padded, padding_mask, rng)
+        return {"token_ids": [row[:n] for row, n in zip(masked["token_ids"], lengths, strict=True)],
+                "mask_positions": masked["mask_positions"], "mask_ids": masked["mask_ids"]}
+
+    def _featurize_queries(self, queries):
+        import tensorflow as tf
+
+        token_ids, segment_ids = self._encode_queries(tf.constant([q.text for q in queries]))
+        token_ids = [np.array(row, np.int32) for row in token_ids.to_list()]
+        found = [np.flatnonzero(ids == self.tokenizer.mask_id) for ids in token_ids]
+        mask_positions = np.zeros((len(queries), max(1, *map(len, found))), np.int32)
+        for row, positions in enumerate(found):
+            mask_positions[row, :len(positions)] = positions
+        return Features({"token_ids": token_ids, "mask_positions": mask_positions,
+                         "num_masks": np.array([len(positions) for positions in found]),
+                         "segment_ids": [np.array(row, np.int32) for row in segment_ids.to_list()]},
+                        example_index=np.arange(len(queries)))
+
+    def make_batch(self, batch, training, rng):
+        masked = self._mask(batch["token_ids"], batch["padding_mask"], rng) if training else batch
+        inputs = {"token_ids": masked["token_ids"], "segment_ids": batch["segment_ids"],
+                  "padding_mask": batch["padding_mask"],
+                  "mask_positions": masked["mask_positions"]}
+        if "mask_ids" not in masked:  # fill-mask queries: nothing to learn
+            return inputs, None, None
+        targets = {"mlm": masked["mask_ids"]}
+        if self.options.next_sentence_prediction:
+            targets["nsp"] = batch["next_sentence"]
+        return inputs, targets, None
+
+    # ---- model
+    def build_model(self, backbone):
+        import keras
+        import keras_hub
+
+        mask_positions = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
+        initializer = keras.initializers.TruncatedNormal(stddev=0.02)
+        mlm_head = keras_hub.layers.MaskedLMHead(
+            token_embedding=backbone.token_embedding,  # tied output projection
+            intermediate_activation=_gelu(hidden_act(backbone)), layer_norm_epsilon=1e-12,
+            kernel_initializer=initializer, dtype=backbone.dtype_policy, name="mlm_head")
+        # (batch, predictions, vocabulary)
+        outputs = {"mlm": mlm_head(backbone.output["sequence_output"], mask_positions)}
+        if self.options.next_sentence_prediction:  # (batch, 2); class 1: B is random
+            outputs["nsp"] = keras.layers.Dense(2, kernel_initializer=initializer,
+                                                name="nsp_head")(backbone.output["pooled_output"])
+        return keras.Model({**backbone.input, "mask_positions": mask_positions}, outputs,
+                           name="bert_pretraining")
+
+    def initialize_head(self, model, checkpoint_tensors):
+        variables = {variable.path: variable for variable in model.weights}
+        for path, value in pretraining_head_weights(checkpoint_tensors).items():
+            variable = variables.get(path)  # no nsp_head without next-sentence prediction
+            if variable is not None and tuple(variable.shape) != value.shape:
+                raise UserError(f"the checkpoint's pretraining head has shape {value.shape} "
+                                f"for {path}, the model needs {tuple(variable.shape)}")
+            if variable is not None:
+                variable.assign(value)
+
+    def loss(self):
+        import keras
+
+        losses = {"mlm": keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, ignore_class=-1)}  # mean over the masked tokens
+        if self.options.next_sentence_prediction:
+            losses["nsp"] = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        return losses
+
+    def metrics(self):
+        import keras
+
+        metrics = {"mlm": [masked_accuracy()]}  # shown as mlm_accuracy, nsp_accuracy
+        if self.options.next_sentence_prediction:
+            metrics["nsp"] = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        return metrics
+
+    # ---- outputs
+    def decode(self, examples, features, outputs):
+        columns = features.columns
+        if "mask_ids" not in columns:
+            return [self._fill_mask(logits[:count]) for logits, count in
+                    zip(outputs["mlm"], columns["num_masks"], strict=True)]
+        predictions = []
+        for row, logits in enumerate(outputs["mlm"]):
+            gold = columns["mask_ids"][row]
+            log_probabilities = _log_softmax(logits[gold >= 0])  # (masked, vocabulary)
+            gold = gold[gold >= 0]
+            prediction = {"masked_tokens": len(gold),
+                          "correct": int((log_probabilities.argmax(-1) == gold).sum()),
+                          "loss": float(-log_probabilities[np.arange(len(gold)), gold].sum())}
+            if "nsp" in outputs:
+                prediction["next_sentence_correct"] = bool(
+                    outputs["nsp"][row].argmax() == columns["next_sentence"][row])
+            predictions.append(prediction)
+        return predictions
+
+    def _fill_mask(self, logits) -> dict:
+        probabilities = np.exp(_log_softmax(logits))  # (masks, vocabulary)
+        best = np.argsort(-probabilities, axis=-1, kind="stable")[:, :self.options.top_k]
+        return {"masks": [[{"token": self.tokenizer.vocabulary[i], "score": float(p[i])}
+                           for i in ids] for p, ids in zip(probabilities, best, strict=True)]}
+
+    def evaluate(self, examples, predictions):
+        count = max(1, sum(p["masked_tokens"] for p in predictions))
+        loss = sum(p["loss"] for p in predictions) / count
+        metrics = {"perplexity": float(np.exp(loss)), "mlm_loss": loss,
+                   "masked_accuracy": sum(p["correct"] for p in predictions) / count}
+        if self.options.next_sentence_prediction:
+            metrics["nsp_accuracy"] = float(np.mean(
+                [p["next_sentence_correct"] for p in predictions]))
+        return metrics
+
+    def parse_input(self, value):
+        if isinstance(value, dict) and isinstance(value.get("text"), str):
+            value = [value["text"], value["text_pair"]] if value.get("text_pair") else value["text"]
+        if isinstance(value, (list, tuple)) and len(value) == 2:
+            value = f"{value[0]} [SEP] {value[1]}"
+        if isinstance(value, str) and "[MASK]" in value:
+            return FillMaskQuery(value)
+        raise UserError(f"expected a text with [MASK], a [text, text_pair] pair or an object "
+                        f"with 'text' (and 'text_pair'), got {value!r:.80}")
+
+    def after_training(self, model, backbone, run_dir):
+        from bertkit.backbone import save_preset
+
+        if self.held_out_documents:
+            self._evaluate_held_out(model, run_dir)
+        directory = save_preset(backbone, self.tokenizer, hidden_act(backbone),
+                                Path(run_dir.path) / "backbone")
+        print(f"adapted backbone: {directory} (use it as backbone.preset)")
+
+    def _evaluate_held_out(self, model, run_dir) -> None:
+        from bertkit.batching import bucket_lengths
+        from bertkit.inference import predict_examples
+        from bertkit.run_dir import read_json, write_json
+
+        predictions = predict_examples(self, model, self.held_out_documents, 32,
+                                       bucket_lengths(self.sequence_length))
+        metrics = self.evaluate(self.held_out_documents, predictions)
+        results = read_json(run_dir.metrics_file)
+        results.setdefault("final", {})["held_out"] = metrics
+        write_json(run_dir.metrics_file, results)
+        print("held_out:", ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
+
+    # ---- export (and the query tokenization predict shares with it)
+    def _encode_queries(self, texts):
+        """(batch,) strings -> packed ragged token and segment ids, [MASK] and [SEP] honoured."""
+        import tensorflow as tf
+
+        halves = tf.strings.split(texts, sep="[SEP]", maxsplit=1).to_tensor("", shape=[None, 2])
+        first, second = (self._tokenize_masked(halves[:, i]) for i in (0, 1))
+        # One packing for all rows, so a single text is cut one token earlier than need be.
+        token_ids, segment_ids = self.tokenizer.pack([first, second], self.sequence_length)
+        # Without a pair this is [CLS] A [SEP] [SEP]: drop the empty second segment's [SEP].
+        keep = token_ids.row_lengths() - tf.cast(second.row_lengths() == 0, tf.int64)
+        kept = tf.ragged.range(token_ids.row_lengths()) < tf.expand_dims(keep, 1)
+        return tf.ragged.boolean_mask(token_ids, kept), tf.ragged.boolean_mask(segment_ids, kept)
+
+    def _tokenize_masked(self, texts):
+        """(batch,) strings -> (batch, (pieces)) ids, each literal "[MASK]" one mask id."""
+        import tensorflow as tf
+
+        parts = tf.strings.split(texts, sep="[MASK]")  # (batch, (masks + 1))
+        pieces = self.tokenizer.tokenize(parts.flat_values)  # (parts, (pieces))
+        mask = tf.fill([pieces.nrows(), 1], self.tokenizer.mask_id)
+        with_mask = tf.concat([pieces, tf.RaggedTensor.from_tensor(mask)], axis=1)
+        joined = tf.RaggedTensor.from_row_splits(with_mask, parts.row_splits).merge_dims(1, 2)
+        return joined[:, :-1]  # no [MASK] after the last part
+
+    def serving_inputs(self):
+        import tensorflow as tf
+
+        return {"text": tf.TensorSpec([None], tf.string, name="text")}
+
+    def serve(self, model, inputs):
+        import tensorflow as tf
+
+        token_ids, segment_ids = self._encode_queries(inputs["text"])
+        dense_ids = token_ids.to_tensor()
+        positions = tf.ragged.boolean_mask(  # (batch, (masks))
+            tf.broadcast_to(tf.range(tf.shape(dense_ids)[1]), tf.shape(dense_ids)),
+            dense_ids == self.tokenizer.mask_id)
+        outputs = model({"token_ids": dense_ids, "segment_ids": segment_ids.to_tensor(),
+                         "padding_mask": tf.ones_like(token_ids).to_tensor(),
+                         "mask_positions": positions.to_tensor()}, training=False)
+        probabilities = tf.nn.softmax(tf.cast(outputs["mlm"], tf.float32))
+        scores, ids = tf.math.top_k(probabilities, k=self.options.top_k)  # (batch, masks, k)
+        used = tf.sequence_mask(positions.row_lengths(), tf.shape(ids)[1])[:, :, None]
+        tokens = tf.gather(tf.constant(self.tokenizer.vocabulary), ids)
+        return {"tokens": tf.where(used, tokens, ""), "scores": tf.where(used, scores, 0.0),
+                "num_masks": tf.cast(positions.row_lengths(), tf.int32)}
+
+
+def pack_instance(instance, cls_id: int, sep_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """`[CLS] A [SEP] B [SEP]` (`[CLS] A [SEP]` without B): int32 token and segment ids.
+
+    Example:
+        >>> from bertkit.pretraining_corpus import Instance
+        >>> [a.tolist() for a in pack_instance(Instance([7, 8], [9], True), 2, 3)]
+        [[2, 7, 8, 3, 9, 3], [0, 0, 0, 0, 1, 1]]
+    """
+    second = [*instance.segment_b, sep_id] if instance.segment_b else []
+    token_ids = [cls_id, *instance.segment_a, sep_id, *second]
+    return (np.array(token_ids, np.int32),
+            np.array([0] * (len(token_ids) - len(second)) + [1] * len(second), np.int32))
+
+
+def corpus_format(path, format: str) -> str:
+    """The corpus format of a file: `format` unless "auto", then by the file name.
+
+    Example:
+        >>> corpus_format("wiki.jsonl", "auto"), corpus_format("wiki.txt", "auto")
+        ('jsonl', 'text')
+    """
+    if format != "auto":
+        return format
+    return "jsonl" if Path(path).suffix.lower() in (".jsonl", ".json", ".ndjson") else "text"
+
+
+def hidden_act(backbone) -> str:
+    """The GELU variant of a loaded backbone: "gelu" (exact) or "gelu_tanh"."""
+    from bertkit.backbone import gelu_exact
+
+    return "gelu" if backbone.transformer_layers[0].activation is gelu_exact else "gelu_tanh"
+
+
+def _gelu(name: str):
+    from bertkit.backbone import gelu_exact
+
+    return gelu_exact if name == "gelu" else gelu_tanh
+
+
+def gelu_tanh(x):
+    import keras
+
+    return keras.activations.gelu(x, approximate=True)
+
+
+_HEAD_TENSORS = {  # Keras weight path -> Hugging Face BertForPreTraining tensor name
+    "mlm_head/intermediate_dense/kernel": "cls.predictions.transform.dense.weight",
+    "mlm_head/intermediate_dense/bias": "cls.predictions.transform.dense.bias",
+    "mlm_head/intermediate_layer_norm/gamma": "cls.predictions.transform.LayerNorm.weight",
+    "mlm_head/intermediate_layer_norm/beta": "cls.predictions.transform.LayerNorm.bias",
+    "mlm_head/output_bias": "cls.predictions.bias",
+    "nsp_head/kernel": "cls.seq_relationship.weight",
+    "nsp_head/bias": "cls.seq_relationship.bias",
+}
+
+
+def pretraining_head_weights(tensors: dict) -> dict[str, np.ndarray]:
+    """Keras weights, by path, of the pretraining heads a Hugging Face checkpoint holds whole.
+
+    A head missing a tensor is left out (it starts fresh). Names may carry a
+    `bert.` prefix, LayerNorms `gamma`/`beta`; kernels are transposed from
+    PyTorch's `[out, in]`.
+
+    Example:
+        >>> heads = pretraining_head_weights({"cls.seq_relationship.weight": np.ones((2, 4)),
+        ...                                   "bert.cls.seq_relationship.bias": np.zeros(2)})
+        >>> {path: value.shape for path, value in heads.items()}
+        {'nsp_head/kernel': (4, 2), 'nsp_head/bias': (2,)}
+    """
+    renamed = {name.removeprefix("bert.").replace("LayerNorm.gamma", "LayerNorm.weight")
+               .replace("LayerNorm.beta", "LayerNorm.bias"): value
+               for name, value in tensors.items()}
+    heads = {}
+    for head in ("mlm_head/", "nsp_head/"):
+        paths = [path for path in _HEAD_TENSORS if path.startswith(head)]
+        if all(_HEAD_TENSORS[path] in renamed for path in paths):
+            for path in paths:
+                value = np.asarray(renamed[_HEAD_TENSORS[path]], np.float32)
+                heads[path] = value.T if path.endswith("kernel") else value
+    return heads
+
+
+def masked_accuracy():
+    """A Keras metric: accuracy over the used prediction slots (target >= 0), per token."""
+    import keras
+    from keras import ops
+
+    class MaskedAccuracy(keras.metrics.Mean):
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            y_true = ops.cast(y_true, "int32")
+            correct = ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true)
+            used = ops.cast(ops.greater_equal(y_true, 0), self.dtype)
+            super().update_state(ops.cast(correct, self.dtype), sample_weight=used)
+
+    return MaskedAccuracy(name="accuracy")
+
+
+def _log_softmax(logits) -> np.ndarray:
+    logits = np.asarray(logits, np.float64)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))

@@ -1,0 +1,163 @@
+"""The mlm task: corpus -> adapted backbone preset, fill-mask predictions, raw-text SavedModel."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from bertkit_tasks.mlm import CorpusData, MaskedLMOptions, MaskedLMTask
+from safetensors.numpy import load_file, save_file
+
+import bertkit
+from bertkit.backbone import load_architecture, load_pretrained
+from bertkit.batching import pad_batch
+from bertkit.errors import UserError
+from bertkit.inference import predict_examples
+from bertkit.testing import tiny_vocabulary, write_sentiment_tsv, write_tiny_checkpoint
+from bertkit.tokenizer import WordPieceTokenizer
+
+SENTENCES = ["john visited paris .", "smith works for acme corp .", "the film was very good .",
+             "it was quite funny ."]
+QUERIES = ["John visited [MASK].", ["smith works for [MASK] corp .", "the [MASK] was very good"]]
+
+
+def write_corpus(path, count):
+    """`count` documents of the same four sentences: a corpus a tiny model learns fast."""
+    path.write_text("\n\n".join(["\n".join(SENTENCES)] * count) + "\n")
+    return path
+
+
+def add_head_tensors(checkpoint):
+    """Adds BertForPreTraining head tensors (old gamma/beta LayerNorm names) to the checkpoint."""
+    state = load_file(str(checkpoint / "model.safetensors"))
+    vocabulary, hidden = state["embeddings.word_embeddings.weight"].shape
+    rng = np.random.default_rng(1)
+    heads = {"cls.predictions.transform.dense.weight": (hidden, hidden),
+             "cls.predictions.transform.dense.bias": (hidden,),
+             "cls.predictions.transform.LayerNorm.gamma": (hidden,),
+             "cls.predictions.transform.LayerNorm.beta": (hidden,),
+             "cls.predictions.bias": (vocabulary,),
+             "cls.seq_relationship.weight": (2, hidden), "cls.seq_relationship.bias": (2,)}
+    heads = {name: (rng.normal(size=shape) * 0.02).astype(np.float32)
+             for name, shape in heads.items()}
+    heads["cls.predictions.transform.LayerNorm.gamma"] += 1
+    save_file({**state, **heads}, str(checkpoint / "model.safetensors"))
+    return heads
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlm")
+    checkpoint = write_tiny_checkpoint(root / "checkpoint", hidden_size=64, intermediate_size=128)
+    heads = add_head_tensors(checkpoint)
+    recipe = {"schema": 1, "task": "mlm",
+              "backbone": {"preset": str(checkpoint), "sequence_length": 32},
+              "data": {"train": str(write_corpus(root / "corpus.txt", 200))},  # 10 held out
+              "training": {"epochs": 8, "batch_size": 8, "learning_rate": 3e-3}}
+    model = bertkit.finetune(recipe, output_dir=root / "run", verbose=0)
+    write_corpus(root / "valid.txt", 12)
+    return root, checkpoint, heads, model
+
+
+def test_heads_start_from_the_checkpoint_and_learn(trained):
+    root, checkpoint, heads, finetuned = trained
+    task, pretrained = finetuned.task, load_pretrained(str(checkpoint), sequence_length=32)
+    model = task.build_model(pretrained.backbone)
+    task.initialize_head(model, pretrained.checkpoint_tensors())
+    weights = {w.path: w.numpy() for w in model.weights}
+    np.testing.assert_array_equal(weights["mlm_head/intermediate_dense/kernel"],
+                                  heads["cls.predictions.transform.dense.weight"].T)
+    np.testing.assert_array_equal(weights["mlm_head/intermediate_layer_norm/gamma"],
+                                  heads["cls.predictions.transform.LayerNorm.gamma"])
+    np.testing.assert_array_equal(weights["nsp_head/kernel"],
+                                  heads["cls.seq_relationship.weight"].T)
+    documents = task.read(str(root / "valid.txt"))
+    before = task.evaluate(documents, predict_examples(task, model, documents, 16, (32,)))
+    after = finetuned.evaluate(root / "valid.txt")
+    assert after == finetuned.evaluate(root / "valid.txt")  # evaluation masks are fixed
+    assert after["perplexity"] < before["perplexity"] / 4
+    assert after["masked_accuracy"] > max(0.35, before["masked_accuracy"] + 0.25)
+    held_out = json.loads((root / "run" / "metrics.json").read_text())["final"]["held_out"]
+    assert set(held_out) == {"perplexity", "mlm_loss", "masked_accuracy", "nsp_accuracy"}
+    assert held_out["perplexity"] < before["perplexity"] / 4
+
+
+def test_fill_mask_predictions_and_savedmodel_in_a_fresh_process(trained):
+    root, _, _, _ = trained
+    predictions = bertkit.load(root / "run").predict(QUERIES)
+    assert [len(p["masks"]) for p in predictions] == [1, 2]
+    assert all(len(top) == 5 for p in predictions for top in p["masks"])
+    assert "paris" in [t["token"] for t in predictions[0]["masks"][0][:3]]
+    texts = [QUERIES[0], " [SEP] ".join(QUERIES[1])]
+    saved_model = str(root / "run" / "saved_model")
+    script = (
+        "import json, sys, tensorflow as tf, tensorflow_text\n"
+        f"serve = tf.saved_model.load({saved_model!r}).signatures['serving_default']\n"
+        f"out = serve(text=tf.constant({texts!r}))\n"
+        "assert 'keras_hub' not in sys.modules and 'bertkit' not in sys.modules\n"
+        "print(json.dumps({k: v.numpy().tolist() for k, v in out.items()},\n"
+        "                 default=bytes.decode))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=True)
+    served = json.loads(result.stdout.strip().splitlines()[-1])
+    assert served["num_masks"] == [1, 2]
+    for row, prediction in enumerate(predictions):
+        for slot, top in enumerate(prediction["masks"]):
+            assert served["tokens"][row][slot] == [t["token"] for t in top]
+            np.testing.assert_allclose(served["scores"][row][slot], [t["score"] for t in top],
+                                       atol=1e-5)
+    assert served["tokens"][0][1] == [""] * 5  # padding slot
+
+
+def test_adapted_backbone_preset_serves_another_task(trained, tmp_path):
+    root, _, _, _ = trained
+    preset = root / "run" / "backbone"
+    saved = load_pretrained(str(preset), sequence_length=32)
+    reference = load_architecture(root / "run" / "model")
+    bertkit.load(root / "run").task.build_model(reference.backbone).load_weights(
+        root / "run" / "model" / "model.weights.h5")
+    inputs = {"token_ids": np.array([[2, 60, 70, 80, 3]]), "segment_ids": np.zeros((1, 5), int),
+              "padding_mask": np.ones((1, 5), int)}
+    np.testing.assert_allclose(saved.backbone(inputs)["sequence_output"],
+                               reference.backbone(inputs)["sequence_output"], atol=1e-5)
+    assert saved.hidden_act == "gelu"
+    data = write_sentiment_tsv(tmp_path / "train.tsv", 48)
+    classifier = bertkit.finetune(
+        {"schema": 1, "task": "classification",
+         "backbone": {"preset": str(preset), "sequence_length": 32},
+         "data": {"train": str(data), "text": "sentence"},
+         "training": {"epochs": 1, "batch_size": 16}}, output_dir=tmp_path / "run", verbose=0)
+    assert classifier.predict(["a good film"])[0]["label"] in {"positive", "negative"}
+
+
+def test_held_out_split_and_inputs():
+    documents = list(range(100))
+    with_validation = MaskedLMTask(MaskedLMOptions(), CorpusData("c.txt", "v.txt"), None, 32)
+    assert with_validation.split_held_out(documents) == (documents, [])
+    task = MaskedLMTask(MaskedLMOptions(), CorpusData("c.txt"), None, 32)
+    kept, held = task.split_held_out(documents)
+    assert len(held) == 5 and sorted(kept + held) == documents
+    assert task.split_held_out(documents) == (kept, held)
+    with pytest.raises(UserError, match=r"\[MASK\]"):
+        task.parse_input("no mask here")
+
+
+def test_instances_and_dynamic_masks_without_next_sentence_prediction(tmp_path):
+    options = MaskedLMOptions(next_sentence_prediction=False, whole_word_masking=True)
+    task = MaskedLMTask(options, CorpusData("c.txt"), WordPieceTokenizer(tiny_vocabulary(), True),
+                        32)
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"text": "\n".join(SENTENCES)}) + "\n" for _ in range(3)))
+    features = task.featurize(task.read(str(path)), training=True)
+    assert all(ids[0] == 2 and ids[-1] == 3 and (ids == 3).sum() == 1 and not segments.any()
+               for ids, segments in zip(features.columns["token_ids"],
+                                        features.columns["segment_ids"], strict=True))
+    batch = pad_batch(features, np.arange(len(features)), (32,))
+    first, targets, _ = task.make_batch(batch, training=True, rng=np.random.default_rng(0))
+    second, _, _ = task.make_batch(batch, training=True, rng=np.random.default_rng(1))
+    assert list(targets) == ["mlm"] and not np.array_equal(first["token_ids"], second["token_ids"])
+    used = targets["mlm"] >= 0
+    rows = np.nonzero(used)[0]
+    assert np.array_equal(batch["token_ids"][rows, first["mask_positions"][used]],
+                          targets["mlm"][used])

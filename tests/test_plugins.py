@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +26,10 @@ def bertkit_cli(args, site, **kwargs):
 def site(tmp_path_factory):
     """The README's example plugin installed as a separate distribution, plus a broken one."""
     site = tmp_path_factory.mktemp("site")
+    source = shutil.copytree(EXAMPLE, tmp_path_factory.mktemp("src") / EXAMPLE.name)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--no-compile", "--target", str(site), str(EXAMPLE)],
-                   check=True, capture_output=True)
+                    "--no-build-isolation", "--no-compile", "--target", str(site), str(source)],
+                   check=True, capture_output=True)  # a copy: building writes into the source
     broken = site / "broken_plugin-1.0.dist-info"
     broken.mkdir()
     (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")

@@ -7,16 +7,19 @@ and inside a `tf.function` with unknown batch and sequence sizes.
 Unlike Google BERT's `run_squad.py`, which pairs only the 20 best start and
 the 20 best end positions, every valid (start, end) pair is scored, so the n
 best spans are exact. Windows and the max-context rule come from
-`bertkit.windows`; `span_candidates` turns them into the decoder's masks, and
+`bertkit.windows`; `span_candidates` (and `batch_span_candidates`, its
+TensorFlow mirror for SavedModels) turns them into the decoder's masks, and
 `answer_char_span` turns a decoded span back into characters of the original
-context (answers are cut from the context, never detokenized).
+context (answers are cut from the context, never detokenized);
+`answer_tokens` goes the other way, from a training answer to its tokens.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
-from bertkit.windows import max_context_windows
+from bertkit.windows import max_context_flags, max_context_windows
 
 
 def decode_answer_spans(
@@ -81,6 +84,52 @@ def decode_answer_spans(
         "null_score": null_score,
         "null_score_diff": null_score - scores[:, 0],
     }
+
+
+def decode_answer_rows(start_logits: list, end_logits: list, example_ids,
+                       start_candidates: list, end_candidates: list,
+                       max_answer_length: int = 30, n_best_size: int = 20) -> dict[str, np.ndarray]:
+    """`decode_answer_spans` for rows of different lengths, NumPy in and out.
+
+    The rows (one 1-D array each, as `Features` keep them) are padded to the
+    longest with zero logits and False candidates.
+
+    Example:
+        >>> spans = decode_answer_rows([np.array([0.0, 1.0, 5.0])], [np.array([0.0, 2.0, 1.0])],
+        ...                            [0], [np.array([False, True, True])],
+        ...                            [np.array([False, True, True])], n_best_size=1)
+        >>> spans["start_index"].tolist(), spans["end_index"].tolist(), spans["span_score"].tolist()
+        ([[2]], [[2]], [[6.0]])
+    """
+    width = max(len(row) for row in start_logits)
+
+    def padded(rows, dtype):  # (rows, width)
+        array = np.zeros((len(rows), width), dtype=dtype)
+        for i, row in enumerate(rows):
+            array[i, :len(row)] = row
+        return tf.constant(array)
+
+    spans = decode_answer_spans(
+        padded(start_logits, np.float32), padded(end_logits, np.float32),
+        tf.constant(example_ids, tf.int32), padded(start_candidates, bool),
+        padded(end_candidates, bool), max_answer_length, n_best_size)
+    return {name: value.numpy() for name, value in spans.items()}
+
+
+def tuned_null_threshold(best_threshold: float, null_score_diffs: list[float]) -> float:
+    """The official best-F1 "no answer" threshold, moved halfway to the next `null_score_diff`.
+
+    Every threshold in between gives the same validation F1; the midpoint
+    keeps a margin on both sides instead of sitting on one question's score.
+
+    Example:
+        >>> tuned_null_threshold(1.0, [0.5, 1.0, 3.0, 5.0, float("inf")])
+        2.0
+        >>> tuned_null_threshold(1.0, [0.5, 1.0, float("inf")])
+        1.0
+    """
+    above = [diff for diff in null_score_diffs if best_threshold < diff < float("inf")]
+    return (best_threshold + min(above)) / 2 if above else best_threshold
 
 
 def _band_length(start_logits, max_answer_length: int) -> tf.Tensor:
@@ -172,6 +221,62 @@ def span_candidates(
         starts.append(start_row)
         ends.append(end_row)
     return starts, ends
+
+
+def batch_span_candidates(questions, tokens, starts, ends, num_tokens):
+    """`span_candidates` in TensorFlow ops, for rows `[CLS] question [SEP] window [SEP]`.
+
+    Args:
+        questions: (windows, (question pieces)) ragged, each window's question;
+            only their lengths matter.
+        tokens: (windows, (tokens)) int64 ragged, each window's context tokens
+            `range(starts[w], ends[w])`, as indices into all contexts' tokens.
+        starts, ends: (windows,) int64, each window's first and end token.
+        num_tokens: how many tokens all contexts hold.
+
+    Returns:
+        Start and end candidate masks, each (windows, longest row) bool.
+
+    Example (a 1-piece question, so the context starts at position 3):
+        >>> starts, ends = tf.constant([0, 2], tf.int64), tf.constant([3, 5], tf.int64)
+        >>> start_ok, end_ok = batch_span_candidates(
+        ...     tf.ragged.constant([[9], [9]]), tf.ragged.range(starts, ends), starts, ends, 5)
+        >>> python_starts, python_ends = span_candidates([(0, 3), (2, 5)], context_offset=3,
+        ...                                              sequence_length=7)
+        >>> start_ok.numpy().tolist() == python_starts, end_ok.numpy().tolist() == python_ends
+        (True, True)
+    """
+    import tensorflow_text as tf_text
+
+    def layout(flags):  # ragged (windows, (tokens)) -> (windows, seq) bool
+        packed, _ = tf_text.combine_segments(
+            [tf.zeros_like(questions), tf.cast(flags, tf.int32)],
+            start_of_sequence_id=0, end_of_segment_id=0)
+        return packed.to_tensor() > 0
+
+    owners = max_context_flags(tokens, starts, ends, num_tokens)
+    return layout(owners), layout(tf.ones_like(tokens))
+
+
+def answer_tokens(example, char_starts, char_ends) -> tuple[int, int] | None:
+    """(first, last) context tokens of the example's first answer; None without one.
+
+    Args:
+        example: a `bertkit.squad.QAExample` (its `answers` and `answer_starts`).
+        char_starts, char_ends: (tokens,) each context token's character span.
+
+    Example:
+        >>> from bertkit.squad import QAExample
+        >>> example = QAExample("q", "Who?", "Ada wrote", ("wrote",), (4,), False)
+        >>> answer_tokens(example, np.array([0, 4]), np.array([3, 9]))
+        (1, 1)
+    """
+    if not example.answers:
+        return None
+    start = example.answer_starts[0]
+    end = start + len(example.answers[0])
+    inside = np.flatnonzero((char_ends > start) & (char_starts < end))
+    return (int(inside[0]), int(inside[-1])) if len(inside) else None
 
 
 def answer_char_span(

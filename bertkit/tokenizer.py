@@ -6,6 +6,10 @@ tagging and question answering need each word piece's character offsets in
 the original text, which keras-hub's tokenizer does not expose. Packing uses
 tf-text's `RoundRobinTrimmer` (longest-first truncation of pairs) and
 `combine_segments` ([CLS] A [SEP] B [SEP] with segment ids).
+
+Words (`words_with_offsets`) are read back from the pieces, so they are BERT's
+basic tokenization; `character_offsets` (NumPy) and `batch_substrings`
+(TensorFlow) turn the tokenizer's byte offsets into character offsets.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 from bertkit.errors import UserError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-_ENCODE_CHUNK = 2048  # strings per eager tokenizer call: large enough to amortize op dispatch
+_CHUNK = 2048  # strings per eager tokenizer call: large enough to amortize op dispatch
 
 
 def vocabulary_is_cased(vocabulary: list[str]) -> bool:
@@ -93,9 +97,62 @@ class WordPieceTokenizer:
         """(batch,) strings -> ids, start and end BYTE offsets, each (batch, (pieces))."""
         return self.fast_tokenizer.tokenize_with_offsets(texts)
 
-    def tokenize_words(self, words):
-        """(batch, (words)) strings -> (batch, (words), (pieces)) ids."""
-        return self.fast_tokenizer.tokenize(words)
+    def tokenize_words(self, words, max_pieces: int | None = None):
+        """(batch, (words)) strings -> (batch, (words), (pieces)) ids.
+
+        With `max_pieces`, every word gets 1 to `max_pieces` pieces: its first
+        ones, or [UNK] when it has none (a word of control characters), so
+        that no word is lost.
+
+        Example:
+            >>> import tensorflow as tf
+            >>> tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "film",
+            ...                                 "##s", "##y"], lowercase=True)
+            >>> words = tf.ragged.constant([["films", "\\x07", "filmy"]])
+            >>> tokenizer.tokenize_words(words).to_list()
+            [[[4, 5], [], [4, 6]]]
+            >>> tokenizer.tokenize_words(words, max_pieces=1).to_list()
+            [[[4], [1], [4]]]
+        """
+        pieces = self.fast_tokenizer.tokenize(words)
+        return pieces if max_pieces is None else _clip_word_pieces(pieces, self.unk_id, max_pieces)
+
+    def words_with_offsets(self, texts, max_pieces: int | None = None):
+        """(batch,) strings -> their words' pieces and start and end BYTE offsets.
+
+        The words are the tokenizer's, BERT's basic tokenization (split at
+        whitespace and around punctuation and CJK characters): runs of pieces
+        from a piece that does not start with "##" (or a text's first piece).
+        `max_pieces` limits each word's pieces as in `tokenize_words`; the
+        offsets stay those of the whole word.
+
+        Returns:
+            Pieces (batch, (words), (pieces)); starts and ends, each (batch, (words)).
+
+        Example:
+            >>> import tensorflow as tf
+            >>> tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "good",
+            ...                                 "film", "##s", "!"], lowercase=True)
+            >>> pieces, starts, ends = tokenizer.words_with_offsets(tf.constant(["Good films!"]))
+            >>> pieces.to_list(), starts.to_list(), ends.to_list()
+            ([[[4], [5, 6], [7]]], [[0, 5, 10]], [[4, 10, 11]])
+        """
+        import tensorflow as tf
+
+        ids, starts, ends = self.tokenize_with_offsets(texts)  # each (batch, (pieces))
+        continuation = tf.constant([token.startswith("##") for token in self.vocabulary])
+        flat_index = tf.range(tf.size(ids.values, out_type=tf.int64))
+        first_of_text = tf.gather(ids.row_starts(), ids.value_rowids())
+        is_first = ~tf.gather(continuation, ids.values) | (flat_index == first_of_text)
+        word_starts = tf.where(is_first)[:, 0]  # (words in batch,) flat index of first piece
+        words = tf.RaggedTensor.from_row_starts(ids.values, word_starts)
+        per_text = tf.reduce_sum(ids.with_values(tf.cast(is_first, tf.int64)), axis=1)
+        by_text = lambda values: tf.RaggedTensor.from_row_lengths(values, per_text)  # noqa: E731
+        pieces = by_text(words)
+        if max_pieces is not None:
+            pieces = _clip_word_pieces(pieces, self.unk_id, max_pieces)
+        return (pieces, by_text(tf.gather(starts.values, word_starts)),
+                by_text(tf.gather(ends.values, words.row_limits() - 1)))
 
     def pack(self, segments: list, sequence_length: int):
         """Truncates (longest first) and packs 1 or 2 ragged segments with [CLS]/[SEP].
@@ -116,13 +173,13 @@ class WordPieceTokenizer:
         import tensorflow as tf
 
         token_ids, segment_ids = [], []
-        for start in range(0, len(texts), _ENCODE_CHUNK):
-            chunk = [self.tokenize(tf.constant(texts[start:start + _ENCODE_CHUNK]))]
+        for start in range(0, len(texts), _CHUNK):
+            chunk = [self.tokenize(tf.constant(texts[start:start + _CHUNK]))]
             if pairs is not None:
-                chunk.append(self.tokenize(tf.constant(pairs[start:start + _ENCODE_CHUNK])))
+                chunk.append(self.tokenize(tf.constant(pairs[start:start + _CHUNK])))
             ids, segments = self.pack(chunk, sequence_length)
-            token_ids += _split_rows(ids)
-            segment_ids += _split_rows(segments)
+            token_ids += split_rows(ids)
+            segment_ids += split_rows(segments)
         return token_ids, segment_ids
 
     # ---- persistence
@@ -148,7 +205,108 @@ def read_vocabulary(path) -> list[str]:
     return [line.rstrip("\r") for line in text.rstrip("\n").split("\n")]
 
 
-def _split_rows(ragged) -> list[np.ndarray]:
+def split_rows(ragged) -> list[np.ndarray]:
+    """(batch, (n)) ragged -> one int32 numpy array per row.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> [row.tolist() for row in split_rows(tf.ragged.constant([[5, 6], [], [7]]))]
+        [[5, 6], [], [7]]
+    """
     values = ragged.flat_values.numpy().astype(np.int32)
     splits = ragged.row_splits.numpy()
-    return [values[a:b] for a, b in zip(splits[:-1], splits[1:])]
+    return [values[a:b] for a, b in zip(splits[:-1], splits[1:], strict=True)]
+
+
+def split_word_rows(pieces) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(batch, (words), (pieces)) ragged -> per row: its piece ids (flat), pieces per word.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> [(ids.tolist(), lengths.tolist()) for ids, lengths
+        ...  in split_word_rows(tf.ragged.constant([[[5, 6], [7]], [], [[8]]]))]
+        [([5, 6, 7], [2, 1]), ([], []), ([8], [1])]
+    """
+    ids = pieces.flat_values.numpy().astype(np.int32)
+    lengths = pieces.values.row_lengths().numpy()
+    word_splits, piece_splits = pieces.row_splits.numpy(), pieces.values.row_splits.numpy()
+    return [(ids[piece_splits[a]:piece_splits[b]], lengths[a:b])
+            for a, b in zip(word_splits[:-1], word_splits[1:], strict=True)]
+
+
+def tokenize_in_chunks(tokenize, texts: list[str]) -> list[tuple]:
+    """Per text, a tuple of its numpy rows (`split_rows`) of each ragged tensor `tokenize` returns.
+
+    Calls `tokenize` (a `WordPieceTokenizer` op) eagerly on chunks of texts.
+
+    Example:
+        >>> tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "good"], True)
+        >>> [(ids.tolist(), starts.tolist(), ends.tolist()) for ids, starts, ends
+        ...  in tokenize_in_chunks(tokenizer.tokenize_with_offsets, ["good", "", "Good good"])]
+        [([4], [0], [4]), ([], [], []), ([4, 4], [0, 5], [4, 9])]
+    """
+    import tensorflow as tf
+
+    rows = []
+    for first in range(0, len(texts), _CHUNK):
+        outputs = tokenize(tf.constant(texts[first:first + _CHUNK], tf.string))
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        rows += zip(*(split_rows(output) for output in outputs), strict=True)
+    return rows
+
+
+# ---- byte offsets (the tokenizer's) -> character offsets (Python's)
+def character_offsets(text: str, byte_starts, byte_ends) -> tuple[np.ndarray, np.ndarray]:
+    """Byte offsets into `text`'s UTF-8 (from the tokenizer) -> character offsets.
+
+    A byte inside a character maps to that character.
+
+    Example:
+        >>> starts, ends = character_offsets("Renée ok", np.array([0, 7]), np.array([6, 9]))
+        >>> starts.tolist(), ends.tolist()
+        ([0, 6], [5, 8])
+    """
+    if text.isascii():
+        return np.asarray(byte_starts), np.asarray(byte_ends)
+    encoded = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+    is_char_start = (encoded & 0xC0) != 0x80  # not a UTF-8 continuation byte
+    char_of_byte = np.append(np.cumsum(is_char_start) - 1, len(text))
+    return char_of_byte[byte_starts], char_of_byte[byte_ends]
+
+
+def batch_substrings(texts, byte_starts, byte_ends):
+    """Cuts texts between byte offsets: the substrings, their character starts and ends.
+
+    TensorFlow ops, for SavedModels; `character_offsets` for offsets at
+    character boundaries (as words' and answers' are).
+
+    Args:
+        texts: (n,) strings.
+        byte_starts, byte_ends: (n,) offsets into the texts' UTF-8.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> texts, starts, ends = batch_substrings(
+        ...     tf.constant(["Renée ok", "Zoë"]), tf.constant([7, 0]), tf.constant([9, 4]))
+        >>> [t.decode() for t in texts.numpy()], starts.numpy().tolist(), ends.numpy().tolist()
+        (['ok', 'Zoë'], [6, 0], [8, 3])
+    """
+    import tensorflow as tf
+
+    substrings = tf.strings.substr(texts, byte_starts, byte_ends - byte_starts, unit="BYTE")
+    before = tf.strings.substr(texts, tf.zeros_like(byte_starts), byte_starts, unit="BYTE")
+    starts = tf.strings.length(before, unit="UTF8_CHAR")
+    return substrings, starts, starts + tf.strings.length(substrings, unit="UTF8_CHAR")
+
+
+def _clip_word_pieces(pieces, unk_id: int, max_pieces: int):
+    """Gives each word of (batch, (words), (pieces)) 1 to `max_pieces` pieces: [UNK] if none."""
+    import tensorflow as tf
+
+    words = pieces.values  # (words, (pieces))
+    unk = tf.fill(tf.stack([words.nrows(), 1]), tf.constant(unk_id, words.dtype))
+    padded = tf.concat([words, tf.RaggedTensor.from_tensor(unk)], axis=1)
+    keep = tf.clip_by_value(words.row_lengths(), 1, max_pieces)
+    position = tf.ragged.range(padded.row_lengths())
+    mask = position.with_values(position.values < tf.gather(keep, position.value_rowids()))
+    return pieces.with_values(tf.ragged.boolean_mask(padded, mask))

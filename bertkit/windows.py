@@ -3,10 +3,17 @@
 Google BERT's `run_squad.py` rule, shared by span QA and tagging: windows of at
 most `window_size` tokens start `stride` tokens apart, the last one ends at the
 end of the sequence, and a token seen by several windows is scored by the window
-where it has the most context on both sides.
+where it has the most context on both sides. Tagging cuts windows of word
+pieces and keeps the words that fit whole in each (`word_windows`).
+
+Each rule has a TensorFlow mirror for SavedModels (`batch_sliding_windows`,
+`max_context_flags`, `windowed_rows`), tested against it; they import
+TensorFlow when called, so this module imports without it.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 
 def sliding_windows(length: int, window_size: int, stride: int) -> list[tuple[int, int]]:
@@ -58,3 +65,156 @@ def max_context_windows(windows: list[tuple[int, int]], length: int) -> list[int
         candidates = [i for i, (s, e) in enumerate(windows) if s <= position < e]
         owners.append(max(candidates, key=lambda i: (context_score(windows[i], position), -i)))
     return owners
+
+
+def word_windows(offsets: np.ndarray, window_size: int, stride: int) -> list[tuple[int, int]]:
+    """`(first_word, end_word)` windows: the words that fit whole in each window of pieces.
+
+    The piece windows are `sliding_windows(offsets[-1], window_size, stride)`;
+    a word that fits in none of them (more than `window_size - stride + 1`
+    pieces) belongs to no window.
+
+    Args:
+        offsets: (words + 1,) piece offset of each word, then the piece count.
+
+    Example (piece windows (0, 4), (2, 6), (4, 7); the 3-piece word 2 fits only the second):
+        >>> word_windows(np.array([0, 2, 3, 6, 7]), window_size=4, stride=2)
+        [(0, 2), (1, 3), (3, 4)]
+    """
+    windows = sliding_windows(int(offsets[-1]), window_size, stride)
+    return [(int(np.searchsorted(offsets[:-1], start, "left")),
+             int(np.searchsorted(offsets[1:], end, "right"))) for start, end in windows]
+
+
+# ---- TensorFlow mirrors of the rules above, for SavedModels (TensorFlow imported inside)
+def batch_sliding_windows(lengths, window_sizes, stride: int):
+    """`sliding_windows(lengths[i], window_sizes[i], stride)` for every i, in TensorFlow ops.
+
+    Args:
+        lengths: (batch,) int64 sequence lengths.
+        window_sizes: (batch,) int64, each at least 1.
+        stride: tokens between window starts.
+
+    Returns:
+        Per window (flat over the batch): its sequence (int64, non-decreasing),
+        its start and its end (exclusive).
+
+    Example:
+        >>> import tensorflow as tf
+        >>> rows, starts, ends = batch_sliding_windows(
+        ...     tf.constant([10, 3], tf.int64), tf.constant([4, 4], tf.int64), stride=3)
+        >>> rows.numpy().tolist(), starts.numpy().tolist(), ends.numpy().tolist()
+        ([0, 0, 0, 1], [0, 3, 6, 0], [4, 7, 10, 3])
+    """
+    import tensorflow as tf
+
+    step = tf.minimum(tf.cast(stride, window_sizes.dtype), window_sizes)  # as sliding_windows
+    count = _window_counts(lengths, window_sizes, step)  # (batch,)
+    rows = tf.repeat(tf.range(tf.size(count, out_type=tf.int64)), count)
+    starts = tf.ragged.range(count).flat_values * tf.gather(step, rows)
+    ends = tf.minimum(starts + tf.gather(window_sizes, rows), tf.gather(lengths, rows))
+    return rows, starts, ends
+
+
+def max_context_flags(tokens, starts, ends, num_tokens):
+    """Ragged bool like `tokens`: is the window the token's max-context window?
+
+    `max_context_windows` in TensorFlow ops, for windows `[starts[w], ends[w])`
+    of indices into all sequences' tokens (flat), `tokens` (windows,
+    (tokens)) holding each window's indices: the context score times 100, in
+    integers; ties go to the earlier window.
+
+    Example (the windows of `max_context_windows`' example):
+        >>> import tensorflow as tf
+        >>> starts, ends = tf.constant([0, 3, 6], tf.int64), tf.constant([4, 7, 10], tf.int64)
+        >>> flags = max_context_flags(tf.ragged.range(starts, ends), starts, ends, 10)
+        >>> [[int(flag) for flag in window] for window in flags.to_list()]
+        [[1, 1, 1, 1], [0, 1, 1, 1], [0, 1, 1, 1]]
+    """
+    import tensorflow as tf
+
+    window, token = tokens.value_rowids(), tokens.flat_values
+    start, end = tf.gather(starts, window), tf.gather(ends, window)
+    score = 100 * tf.minimum(token - start, end - 1 - token) + (end - start)
+    best = tf.gather(tf.math.unsorted_segment_max(score, token, num_tokens), token)
+    contender = tf.where(score == best, window, tf.size(starts, out_type=tf.int64))
+    owner = tf.gather(tf.math.unsorted_segment_min(contender, token, num_tokens), token)
+    return tokens.with_flat_values(owner == window)
+
+
+def windowed_rows(pieces, window_size: int, stride: int, cls_id: int, sep_id: int):
+    """The model rows of `word_windows` windows, in TensorFlow ops, and where each word is read.
+
+    Args:
+        pieces: (batch, (words), (pieces)) word piece ids.
+        window_size, stride: in pieces, as for `word_windows`.
+        cls_id, sep_id: the ids that open and close every row.
+
+    Returns:
+        The rows `[CLS] pieces [SEP]`, (rows, (pieces)), every sequence's windows
+        in order; and for each word in the batch (flat) the row and the
+        position of its first piece in its max-context window (`max_context_windows`
+        over words).
+
+    Example (the words of `word_windows`' example, pieces numbered 10 on):
+        >>> import tensorflow as tf
+        >>> pieces = tf.ragged.constant([[[10, 11], [12], [13, 14, 15], [16]]])
+        >>> rows, row, position = windowed_rows(pieces, 4, 2, cls_id=1, sep_id=2)
+        >>> rows.to_list()
+        [[1, 10, 11, 12, 2], [1, 12, 13, 14, 15, 2], [1, 16, 2]]
+        >>> row.numpy().tolist(), position.numpy().tolist()
+        ([0, 0, 1, 2], [1, 3, 2, 1])
+    """
+    import tensorflow as tf
+
+    stride = min(stride, window_size)  # as sliding_windows
+    lengths = tf.cast(pieces.row_lengths(axis=2), tf.int32).to_tensor()  # (batch, words)
+    word_end = tf.cumsum(lengths, axis=1)
+    word_start = word_end - lengths
+    total = tf.reduce_sum(lengths, axis=1)  # (batch,)
+    is_word = tf.sequence_mask(pieces.row_lengths(), tf.shape(lengths)[1])
+    largest = tf.int32.max  # padding words: sorted last, in no window
+    # piece windows as sliding_windows cuts them, then the words inside each
+    count = _window_counts(total, window_size, stride)
+    window = tf.range(tf.reduce_max(count))[None, :]  # (1, windows)
+    is_window = window < count[:, None]  # (batch, windows)
+    piece_start = tf.broadcast_to(window * stride, tf.shape(is_window))
+    piece_end = tf.minimum(piece_start + window_size, total[:, None])
+    first = tf.searchsorted(tf.where(is_word, word_start, largest), piece_start, "left")
+    end = tf.searchsorted(tf.where(is_word, word_end, largest), piece_end, "right")
+    first, end = tf.where(is_window, first, 0), tf.where(is_window, end, 0)
+    # max_context_windows: float64, as Python computes context_score; lowest index on ties
+    word = tf.range(tf.shape(lengths)[1])[None, :, None]  # (1, words, 1)
+    f, e = first[:, None, :], end[:, None, :]  # (batch, 1, windows)
+    inside = (f <= word) & (word < e)
+    score = (tf.cast(tf.minimum(word - f, e - 1 - word), tf.float64)
+             + 0.01 * tf.cast(e - f, tf.float64))
+    score = tf.where(inside, score, float("-inf"))
+    best = inside & (score == tf.reduce_max(score, axis=2, keepdims=True))
+    owner = tf.reduce_min(tf.where(best, window[:, None, :], tf.int32.max), axis=2)
+    owner = tf.where(is_word, owner, 0)  # (batch, words); padding words: any valid index
+    # rows: [CLS] + the pieces of a window's words + [SEP]
+    offsets = tf.concat([word_start, total[:, None]], axis=1)  # (batch, words + 1)
+    sentence = pieces.merge_dims(1, 2)  # (batch, (pieces))
+    base = tf.cast(sentence.row_starts(), tf.int32)[:, None]
+    ranges = tf.ragged.range(tf.boolean_mask(base + tf.gather(offsets, first, batch_dims=1),
+                                             is_window),
+                             tf.boolean_mask(base + tf.gather(offsets, end, batch_dims=1),
+                                             is_window))
+    rows = tf.gather(sentence.values, ranges)  # (rows, (pieces))
+    edge = tf.ones([rows.nrows(), 1], rows.dtype)
+    rows = tf.concat([tf.RaggedTensor.from_tensor(edge * cls_id), rows,
+                      tf.RaggedTensor.from_tensor(edge * sep_id)], axis=1)
+    # each word's row and position in its owner window
+    row_offset = tf.cumsum(count, exclusive=True)[:, None]
+    window_start = tf.gather(offsets, tf.gather(first, owner, batch_dims=1), batch_dims=1)
+    row = tf.boolean_mask(row_offset + owner, is_word)
+    position = tf.boolean_mask(1 + word_start - window_start, is_word)
+    return rows, row, position
+
+
+def _window_counts(lengths, window_sizes, steps):
+    """Windows `sliding_windows` cuts from each sequence; `steps` at most `window_sizes`."""
+    import tensorflow as tf
+
+    return 1 + (tf.maximum(lengths - window_sizes, 0) + steps - 1) // steps

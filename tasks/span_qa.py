@@ -31,7 +31,6 @@ from bertkit.windows import sliding_windows
 _field = dataclasses.field
 _MASKED_LOGIT = -1e9  # added to padding logits: out of every softmax
 _DECODE_EXAMPLES = 128  # examples per decode_answer_spans call: bounds its (windows, seq * len)
-_TOKENIZE_CHUNK = 2048  # strings per eager tokenizer call
 _DECODING = ("char_starts", "char_ends", "starts_ok", "ends_ok")  # per-row extras for decode
 
 
@@ -105,10 +104,13 @@ class SpanQATask(Task):
 
     def featurize(self, examples, training):
         """One row per window; targets are the answer's tokens in it, else [CLS] (0)."""
+        from bertkit.span_decoding import answer_tokens
+        from bertkit.tokenizer import character_offsets, tokenize_in_chunks
+
         self._check_room()
-        questions = _tokenize(self.tokenizer.tokenize, [e.question for e in examples])
+        questions = tokenize_in_chunks(self.tokenizer.tokenize, [e.question for e in examples])
         unique = list(dict.fromkeys(e.context for e in examples))
-        pieces = _tokenize(self.tokenizer.tokenize_with_offsets, unique)
+        pieces = tokenize_in_chunks(self.tokenizer.tokenize_with_offsets, unique)
         contexts = {text: (ids, *character_offsets(text, starts, ends))
                     for text, (ids, starts, ends) in zip(unique, pieces, strict=True)}
         rows, example_index = [], []
@@ -181,32 +183,22 @@ class SpanQATask(Task):
 
     # ---- outputs
     def decode(self, examples, features, outputs):
+        from bertkit.span_decoding import decode_answer_rows
+
+        logits, extras = outputs["logits"], features.extras
         splits = np.searchsorted(features.example_index, np.arange(len(examples) + 1))
         predictions = []
         for first in range(0, len(examples), _DECODE_EXAMPLES):
             last = min(first + _DECODE_EXAMPLES, len(examples))
             rows = np.arange(splits[first], splits[last])
-            spans = self._decode_rows(features, outputs["logits"], rows,
-                                      features.example_index[rows] - first)
-            predictions += [self._prediction(examples[i], features.extras, rows, spans, i - first)
+            spans = decode_answer_rows(
+                [logits[row][:, 0] for row in rows], [logits[row][:, 1] for row in rows],
+                features.example_index[rows] - first, [extras["starts_ok"][row] for row in rows],
+                [extras["ends_ok"][row] for row in rows], self.options.max_answer_length,
+                self.options.n_best_size)
+            predictions += [self._prediction(examples[i], extras, rows, spans, i - first)
                             for i in range(first, last)]
         return predictions
-
-    def _decode_rows(self, features, logits, rows, example_ids) -> dict:
-        """decode_answer_spans over `rows`, padded to their longest."""
-        import tensorflow as tf
-
-        from bertkit.span_decoding import decode_answer_spans
-
-        width = max(len(logits[row]) for row in rows)
-        spans = decode_answer_spans(
-            tf.constant(_pad([logits[row][:, 0] for row in rows], width, np.float32)),
-            tf.constant(_pad([logits[row][:, 1] for row in rows], width, np.float32)),
-            tf.constant(example_ids, tf.int32),
-            tf.constant(_pad([features.extras["starts_ok"][row] for row in rows], width, bool)),
-            tf.constant(_pad([features.extras["ends_ok"][row] for row in rows], width, bool)),
-            self.options.max_answer_length, self.options.n_best_size)
-        return {name: value.numpy() for name, value in spans.items()}
 
     def _prediction(self, example, extras, rows, spans, i) -> dict:
         from bertkit.span_decoding import answer_char_span
@@ -267,6 +259,7 @@ class SpanQATask(Task):
         from bertkit import squad_eval
         from bertkit.inference import predict_rows
         from bertkit.run_dir import read_json, write_json
+        from bertkit.span_decoding import tuned_null_threshold
 
         if not self.data.validation:
             return
@@ -279,7 +272,9 @@ class SpanQATask(Task):
         v2 = self.options.version == "2.0"
         if v2 and self.options.null_score_threshold is None:
             # In place: the description the export writes holds this same state dict.
-            self.state["null_score_threshold"] = self._tuned_threshold(examples, predictions)
+            self.state["null_score_threshold"] = tuned_null_threshold(
+                self.evaluate(examples, predictions)["best_f1_thresh"],
+                [p["null_score_diff"] for p in predictions])
             write_json(run.task_file, {**description, "state": self.state})
             predictions = self.decode(examples, features, outputs)
         squad_eval.write_predictions(run.path / "predictions.json",
@@ -287,17 +282,6 @@ class SpanQATask(Task):
         if v2:
             squad_eval.write_predictions(run.path / "null_odds.json",
                                          _by_id(examples, predictions, "null_score_diff"))
-
-    def _tuned_threshold(self, examples, predictions) -> float:
-        """The official best-F1 threshold, moved halfway to the next question's value.
-
-        Every threshold in between gives the same validation F1; the midpoint
-        keeps a margin on both sides instead of sitting on one question's score.
-        """
-        best = self.evaluate(examples, predictions)["best_f1_thresh"]
-        above = [p["null_score_diff"] for p in predictions
-                 if best < p["null_score_diff"] < float("inf")]
-        return (best + min(above)) / 2 if above else best
 
     # ---- export
     def serving_inputs(self):
@@ -309,9 +293,10 @@ class SpanQATask(Task):
     def serve(self, model, inputs):
         """featurize + model + decode in TensorFlow ops, windows included."""
         import tensorflow as tf
-        import tensorflow_text as tf_text
 
-        from bertkit.span_decoding import decode_answer_spans
+        from bertkit.span_decoding import batch_span_candidates, decode_answer_spans
+        from bertkit.tokenizer import batch_substrings
+        from bertkit.windows import batch_sliding_windows
 
         self._check_room()
         contexts = inputs["context"]
@@ -319,8 +304,9 @@ class SpanQATask(Task):
         pieces, byte_starts, byte_ends = self.tokenizer.tokenize_with_offsets(contexts)
 
         # ---- windows: [CLS] question [SEP] context pieces [SEP], as in featurize
-        example_ids, starts, ends = window_layout(questions.row_lengths(), pieces.row_lengths(),
-                                                  self.sequence_length, self.options.doc_stride)
+        example_ids, starts, ends = batch_sliding_windows(  # context pieces per window
+            pieces.row_lengths(), self.sequence_length - 3 - questions.row_lengths(),
+            self.options.doc_stride)
         first_piece = tf.gather(pieces.row_splits[:-1], example_ids)  # of the window's context
         starts, ends = starts + first_piece, ends + first_piece  # now into pieces.flat_values
         tokens = tf.ragged.range(starts, ends)  # (windows, (tokens))
@@ -333,17 +319,12 @@ class SpanQATask(Task):
                                training=False), tf.float32)  # (windows, seq, 2)
 
         # ---- decoding: the rule of `decode`, with candidate masks laid out like token_ids
-        def layout(flags):  # ragged (windows, (tokens)) -> (windows, seq) bool
-            packed, _ = tf_text.combine_segments(
-                [tf.zeros_like(window_questions), tf.cast(flags, tf.int32)],
-                start_of_sequence_id=0, end_of_segment_id=0)
-            return packed.to_tensor() > 0
-
-        owners = max_context_flags(tokens, starts, ends,
-                                   tf.shape(pieces.flat_values, out_type=tf.int64)[0])
+        start_ok, end_ok = batch_span_candidates(
+            window_questions, tokens, starts, ends,
+            tf.shape(pieces.flat_values, out_type=tf.int64)[0])
         spans = decode_answer_spans(
-            logits[:, :, 0], logits[:, :, 1], tf.cast(example_ids, tf.int32), layout(owners),
-            layout(tf.ones_like(tokens)), self.options.max_answer_length, n_best_size=1)
+            logits[:, :, 0], logits[:, :, 1], tf.cast(example_ids, tf.int32), start_ok, end_ok,
+            self.options.max_answer_length, n_best_size=1)
 
         # ---- the best span's text and character offsets, cut from the context's bytes
         window = tf.maximum(spans["window_index"][:, 0], 0)  # (examples,)
@@ -355,10 +336,7 @@ class SpanQATask(Task):
             _gather_or_zero(offsets.flat_values,
                             piece_of_position_0 + tf.cast(spans[key][:, 0], tf.int64), answered)
             for offsets, key in ((byte_starts, "start_index"), (byte_ends, "end_index")))
-        answer = tf.strings.substr(contexts, byte_start, byte_end - byte_start, unit="BYTE")
-        start = tf.strings.length(tf.strings.substr(contexts, tf.zeros_like(byte_start),
-                                                    byte_start, unit="BYTE"), unit="UTF8_CHAR")
-        end = start + tf.strings.length(answer, unit="UTF8_CHAR")
+        answer, start, end = batch_substrings(contexts, byte_start, byte_end)
         outputs = {"answer": answer,
                    "start": tf.where(answered, start, -1), "end": tf.where(answered, end, -1),
                    "score": tf.where(answered, spans["span_score"][:, 0], spans["null_score"])}
@@ -376,74 +354,6 @@ def span_loss(targets, logits):
     return ops.mean(per_side, axis=-1)
 
 
-def character_offsets(text: str, byte_starts, byte_ends):
-    """Byte offsets into `text`'s UTF-8 (from the tokenizer) -> character offsets.
-
-    Example:
-        >>> starts, ends = character_offsets("Renée ok", np.array([0, 7]), np.array([6, 9]))
-        >>> starts.tolist(), ends.tolist()
-        ([0, 6], [5, 8])
-    """
-    if text.isascii():
-        return np.asarray(byte_starts), np.asarray(byte_ends)
-    encoded = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-    is_char_start = (encoded & 0xC0) != 0x80  # not a UTF-8 continuation byte
-    char_of_byte = np.append(np.cumsum(is_char_start) - 1, len(text))
-    return char_of_byte[byte_starts], char_of_byte[byte_ends]
-
-
-def answer_tokens(example, char_starts, char_ends) -> tuple[int, int] | None:
-    """(first, last) context tokens of the example's first answer; None without one.
-
-    Example:
-        >>> example = QAExample("q", "Who?", "Ada wrote", ("wrote",), (4,), False)
-        >>> answer_tokens(example, np.array([0, 4]), np.array([3, 9]))
-        (1, 1)
-    """
-    if not example.answers:
-        return None
-    start = example.answer_starts[0]
-    end = start + len(example.answers[0])
-    inside = np.flatnonzero((char_ends > start) & (char_starts < end))
-    return (int(inside[0]), int(inside[-1])) if len(inside) else None
-
-
-def window_layout(question_lengths, context_lengths, sequence_length: int, doc_stride: int):
-    """`bertkit.windows.sliding_windows` for a batch, in TensorFlow ops.
-
-    Returns, per window, its example (int64, non-decreasing) and its first and
-    end (exclusive) context token.
-    """
-    import tensorflow as tf
-
-    size = sequence_length - 3 - question_lengths  # context tokens per window, (batch,)
-    step = tf.minimum(tf.cast(doc_stride, size.dtype), size)
-    count = 1 + (tf.maximum(context_lengths - size, 0) + step - 1) // step  # windows per example
-    example_ids = tf.repeat(tf.range(tf.size(count, out_type=tf.int64)), count)
-    starts = tf.ragged.range(count).flat_values * tf.gather(step, example_ids)
-    ends = tf.minimum(starts + tf.gather(size, example_ids),
-                      tf.gather(context_lengths, example_ids))
-    return example_ids, starts, ends
-
-
-def max_context_flags(tokens, starts, ends, num_tokens):
-    """Ragged bool like `tokens`: is the window the token's max-context window?
-
-    `bertkit.windows.max_context_windows` in TensorFlow ops, for windows
-    `[starts[w], ends[w])` of indices into all contexts' pieces: the context
-    score times 100, in integers; ties go to the earlier window.
-    """
-    import tensorflow as tf
-
-    window, token = tokens.value_rowids(), tokens.flat_values
-    start, end = tf.gather(starts, window), tf.gather(ends, window)
-    score = 100 * tf.minimum(token - start, end - 1 - token) + (end - start)
-    best = tf.gather(tf.math.unsorted_segment_max(score, token, num_tokens), token)
-    contender = tf.where(score == best, window, tf.size(starts, out_type=tf.int64))
-    owner = tf.gather(tf.math.unsorted_segment_min(contender, token, num_tokens), token)
-    return tokens.with_flat_values(owner == window)
-
-
 def _gather_or_zero(values, indices, keep):
     """values[indices] where `keep`, else 0; safe when `values` is empty."""
     import tensorflow as tf
@@ -454,24 +364,3 @@ def _gather_or_zero(values, indices, keep):
 
 def _by_id(examples, predictions, key: str) -> dict:
     return {e.id: p[key] for e, p in zip(examples, predictions, strict=True)}
-
-
-def _tokenize(tokenize, texts: list[str]) -> list[tuple]:
-    """Per text, a tuple of the numpy rows of each ragged tensor `tokenize` returns."""
-    import tensorflow as tf
-
-    from bertkit.tokenizer import _split_rows  # ragged -> numpy rows
-
-    rows = []
-    for first in range(0, len(texts), _TOKENIZE_CHUNK):
-        outputs = tokenize(tf.constant(texts[first:first + _TOKENIZE_CHUNK], tf.string))
-        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-        rows += zip(*(_split_rows(output) for output in outputs), strict=True)
-    return rows
-
-
-def _pad(rows: list, width: int, dtype) -> np.ndarray:
-    padded = np.zeros((len(rows), width), dtype=dtype)
-    for i, row in enumerate(rows):
-        padded[i, :len(row)] = row
-    return padded

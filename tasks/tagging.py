@@ -7,17 +7,18 @@ word's tag). The tag of a word is always read from its first piece. A word
 without pieces (control characters) becomes `[UNK]`, so no word is lost.
 
 Long sentences. With `W = sequence_length - 2` pieces per model input, windows
-of W pieces start every `window_stride` pieces (default `W // 2`), as
-`bertkit.windows.sliding_windows` cuts them; each window holds the words that
-fit in it whole. A word is predicted by the window where it has the most
-context, counted in words (`bertkit.windows.max_context_windows`). So that
-every word fits whole in some window, a word keeps at most `W - stride + 1`
-pieces (64 at sequence length 128): only its first piece carries its tag.
+of W pieces start every `window_stride` pieces (default `W // 2`); each window
+holds the words that fit in it whole (`bertkit.windows.word_windows`). A word
+is predicted by the window where it has the most context, counted in words
+(`bertkit.windows.max_context_windows`). So that every word fits whole in some
+window, a word keeps at most `W - stride + 1` pieces (64 at sequence length
+128, `tokenize_words(max_pieces=...)`): only its first piece carries its tag.
+The SavedModel cuts the same windows in the graph (`windowed_rows`).
 
-Raw text. Its words are the tokenizer's words, BERT's basic tokenization
-(split at whitespace and around punctuation and CJK characters): runs of word
-pieces that begin with a piece not starting with `##`. Their character offsets
-come from the tokenizer's byte offsets. A list of words keeps its words.
+Raw text. Its words are the tokenizer's words (`words_with_offsets`), BERT's
+basic tokenization (split at whitespace and around punctuation and CJK
+characters); their character offsets come from the tokenizer's byte offsets.
+A list of words keeps its words.
 
 Decoding, shared by evaluation, `predict` and the SavedModel: a word's tag is
 the most probable label; entities are read from the tags by `decode_chunks`,
@@ -39,7 +40,7 @@ from bertkit.conlleval import format_report, split_tag
 from bertkit.errors import UserError
 from bertkit.tag_schemes import chunks_to_tags, convert_tags
 from bertkit.task import DataFiles, Features, Task
-from bertkit.windows import max_context_windows, sliding_windows
+from bertkit.windows import max_context_windows, word_windows
 
 IGNORED = -100  # label of the pieces the loss skips
 Scheme = Literal["iob1", "iob2", "bioes"]
@@ -163,6 +164,8 @@ class TaggingTask(Task):
         """Per example: its pieces (flat), pieces per word, and words' character offsets."""
         import tensorflow as tf
 
+        from bertkit.tokenizer import character_offsets, split_rows, split_word_rows
+
         results = [None] * len(examples)
         texts = [i for i, e in enumerate(examples) if getattr(e, "text", None) is not None]
         worded = [i for i, e in enumerate(examples) if getattr(e, "text", None) is None]
@@ -171,20 +174,17 @@ class TaggingTask(Task):
             words = tf.RaggedTensor.from_row_lengths(
                 tf.constant([w for i in chunk for w in examples[i].words], tf.string),
                 [len(examples[i].words) for i in chunk])
-            pieces = fix_word_pieces(self.tokenizer.tokenize_words(words),
-                                     self.tokenizer.unk_id, self.max_word_pieces)
-            for i, (ids, lengths) in zip(chunk, _split_sentences(pieces), strict=True):
+            pieces = self.tokenizer.tokenize_words(words, max_pieces=self.max_word_pieces)
+            for i, (ids, lengths) in zip(chunk, split_word_rows(pieces), strict=True):
                 results[i] = (ids, lengths, None)
         for start in range(0, len(texts), _CHUNK):
             chunk = texts[start:start + _CHUNK]
-            pieces, byte_starts, byte_ends = text_words(
-                self.tokenizer, tf.constant([examples[i].text for i in chunk]))
-            pieces = fix_word_pieces(pieces, self.tokenizer.unk_id, self.max_word_pieces)
+            pieces, byte_starts, byte_ends = self.tokenizer.words_with_offsets(
+                tf.constant([examples[i].text for i in chunk]), max_pieces=self.max_word_pieces)
             for i, (ids, lengths), starts, ends in zip(
-                    chunk, _split_sentences(pieces), byte_starts.to_list(), byte_ends.to_list(),
+                    chunk, split_word_rows(pieces), split_rows(byte_starts), split_rows(byte_ends),
                     strict=True):
-                char_start = np.cumsum([0] + [len(c.encode()) for c in examples[i].text])
-                chars = np.searchsorted(char_start, [starts, ends]).reshape(2, -1)
+                chars = np.stack(character_offsets(examples[i].text, starts, ends))  # (2, words)
                 results[i] = (ids, lengths, chars)
         return results
 
@@ -303,10 +303,12 @@ class TaggingTask(Task):
         import tensorflow as tf
 
         from bertkit.tag_decoding import decode_chunks
+        from bertkit.tokenizer import batch_substrings
+        from bertkit.windows import windowed_rows
 
         texts = inputs["text"]
-        pieces, byte_starts, byte_ends = text_words(self.tokenizer, texts)
-        pieces = fix_word_pieces(pieces, self.tokenizer.unk_id, self.max_word_pieces)
+        pieces, byte_starts, byte_ends = self.tokenizer.words_with_offsets(
+            texts, max_pieces=self.max_word_pieces)
         rows, row, position = windowed_rows(pieces, self.window_size, self.stride,
                                             self.tokenizer.cls_id, self.tokenizer.sep_id)
         token_ids = rows.to_tensor(self.tokenizer.pad_id)  # (rows, longest row)
@@ -322,11 +324,9 @@ class TaggingTask(Task):
         last = base + tf.cast(chunks["end_word"].values, tf.int64) - 1
         chosen = tf.reduce_max(probabilities, axis=-1)
         scores = tf.reduce_mean(tf.gather(chosen, tf.ragged.range(first, last + 1)), axis=1)
-        starts = _char_offsets(texts, byte_starts).values
-        ends = _char_offsets(texts, byte_ends).values
-        start, end = tf.gather(starts, first), tf.gather(ends, last)
-        entity_texts = tf.strings.substr(tf.gather(texts, chunks["start_word"].value_rowids()),
-                                         start, end - start, unit="UTF8_CHAR")
+        entity_texts, start, end = batch_substrings(  # characters
+            tf.gather(texts, chunks["start_word"].value_rowids()),
+            tf.gather(byte_starts.values, first), tf.gather(byte_ends.values, last))
 
         def dense(values, default):  # (entities in batch,) -> (batch, max entities)
             return chunks["types"].with_values(values).to_tensor(default)
@@ -337,121 +337,3 @@ class TaggingTask(Task):
                 "entity_end": dense(tf.cast(end, tf.int32), -1),
                 "entity_score": dense(scores, 0.0),
                 "entity_count": tf.cast(chunks["types"].row_lengths(), tf.int32)}
-
-
-def word_windows(offsets: np.ndarray, window_size: int, stride: int) -> list[tuple[int, int]]:
-    """`(first_word, end_word)` windows: the words that fit whole in each window of pieces.
-
-    Args:
-        offsets: (words + 1,) piece offset of each word, then the piece count.
-
-    Example (piece windows (0, 4), (2, 6), (4, 7); the 3-piece word 2 fits only the second):
-        >>> word_windows(np.array([0, 2, 3, 6, 7]), window_size=4, stride=2)
-        [(0, 2), (1, 3), (3, 4)]
-    """
-    windows = sliding_windows(int(offsets[-1]), window_size, stride)
-    return [(int(np.searchsorted(offsets[:-1], start, "left")),
-             int(np.searchsorted(offsets[1:], end, "right"))) for start, end in windows]
-
-
-def _split_sentences(pieces) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(batch, (words), (pieces)) ragged -> per sentence: flat piece ids, pieces per word."""
-    ids = pieces.flat_values.numpy().astype(np.int32)
-    lengths = pieces.values.row_lengths().numpy()
-    word_splits, piece_splits = pieces.row_splits.numpy(), pieces.values.row_splits.numpy()
-    return [(ids[piece_splits[a]:piece_splits[b]], lengths[a:b])
-            for a, b in zip(word_splits[:-1], word_splits[1:], strict=True)]
-
-
-# ---- TensorFlow ops shared by featurization and the SavedModel
-def text_words(tokenizer, texts):
-    """(batch,) strings -> word pieces (batch, (words), (pieces)), words' byte starts and ends."""
-    import tensorflow as tf
-
-    ids, starts, ends = tokenizer.tokenize_with_offsets(texts)  # each (batch, (pieces))
-    continuation = tf.constant([token.startswith("##") for token in tokenizer.vocabulary])
-    flat_index = tf.range(tf.size(ids.values, out_type=tf.int64))
-    first_of_text = tf.gather(ids.row_starts(), ids.value_rowids())
-    is_first = ~tf.gather(continuation, ids.values) | (flat_index == first_of_text)
-    word_starts = tf.where(is_first)[:, 0]  # (words in batch,) flat index of first piece
-    words = tf.RaggedTensor.from_row_starts(ids.values, word_starts)
-    per_text = tf.reduce_sum(ids.with_values(tf.cast(is_first, tf.int64)), axis=1)
-    by_text = lambda values: tf.RaggedTensor.from_row_lengths(values, per_text)  # noqa: E731
-    return (by_text(words), by_text(tf.gather(starts.values, word_starts)),
-            by_text(tf.gather(ends.values, words.row_limits() - 1)))
-
-
-def fix_word_pieces(pieces, unk_id: int, max_pieces: int):
-    """Gives each word of (batch, (words), (pieces)) 1 to `max_pieces` pieces: [UNK] if none."""
-    import tensorflow as tf
-
-    words = pieces.values  # (words, (pieces))
-    unk = tf.fill(tf.stack([words.nrows(), 1]), tf.constant(unk_id, words.dtype))
-    padded = tf.concat([words, tf.RaggedTensor.from_tensor(unk)], axis=1)
-    keep = tf.clip_by_value(words.row_lengths(), 1, max_pieces)
-    position = tf.ragged.range(padded.row_lengths())
-    mask = position.with_values(position.values < tf.gather(keep, position.value_rowids()))
-    return pieces.with_values(tf.ragged.boolean_mask(padded, mask))
-
-
-def windowed_rows(pieces, window_size: int, stride: int, cls_id: int, sep_id: int):
-    """The model rows of `word_windows` windows, in the graph, and where each word is read.
-
-    Returns the rows `[CLS] pieces [SEP]`, (rows, (pieces)), and for each word in the batch
-    (flat) the row and position of its first piece in its max-context window.
-    """
-    import tensorflow as tf
-
-    lengths = tf.cast(pieces.row_lengths(axis=2), tf.int32).to_tensor()  # (batch, words)
-    word_end = tf.cumsum(lengths, axis=1)
-    word_start = word_end - lengths
-    total = tf.reduce_sum(lengths, axis=1)  # (batch,)
-    is_word = tf.sequence_mask(pieces.row_lengths(), tf.shape(lengths)[1])
-    largest = tf.int32.max  # padding words: sorted last, in no window
-    # piece windows as sliding_windows cuts them, then the words inside each
-    count = tf.where(total > window_size, (total - window_size + stride - 1) // stride + 1, 1)
-    window = tf.range(tf.reduce_max(count))[None, :]  # (1, windows)
-    is_window = window < count[:, None]  # (batch, windows)
-    piece_start = tf.broadcast_to(window * stride, tf.shape(is_window))
-    piece_end = tf.minimum(piece_start + window_size, total[:, None])
-    first = tf.searchsorted(tf.where(is_word, word_start, largest), piece_start, "left")
-    end = tf.searchsorted(tf.where(is_word, word_end, largest), piece_end, "right")
-    first, end = tf.where(is_window, first, 0), tf.where(is_window, end, 0)
-    # max_context_windows: float64, as Python computes context_score; lowest index on ties
-    word = tf.range(tf.shape(lengths)[1])[None, :, None]  # (1, words, 1)
-    f, e = first[:, None, :], end[:, None, :]  # (batch, 1, windows)
-    inside = (f <= word) & (word < e)
-    score = (tf.cast(tf.minimum(word - f, e - 1 - word), tf.float64)
-             + 0.01 * tf.cast(e - f, tf.float64))
-    score = tf.where(inside, score, -np.inf)
-    best = inside & (score == tf.reduce_max(score, axis=2, keepdims=True))
-    owner = tf.reduce_min(tf.where(best, window[:, None, :], tf.int32.max), axis=2)
-    owner = tf.where(is_word, owner, 0)  # (batch, words); padding words: any valid index
-    # rows: [CLS] + the pieces of a window's words + [SEP]
-    offsets = tf.concat([word_start, total[:, None]], axis=1)  # (batch, words + 1)
-    sentence = pieces.merge_dims(1, 2)  # (batch, (pieces))
-    base = tf.cast(sentence.row_starts(), tf.int32)[:, None]
-    ranges = tf.ragged.range(tf.boolean_mask(base + tf.gather(offsets, first, batch_dims=1),
-                                             is_window),
-                             tf.boolean_mask(base + tf.gather(offsets, end, batch_dims=1),
-                                             is_window))
-    rows = tf.gather(sentence.values, ranges)  # (rows, (pieces))
-    edge = tf.ones([rows.nrows(), 1], rows.dtype)
-    rows = tf.concat([tf.RaggedTensor.from_tensor(edge * cls_id), rows,
-                      tf.RaggedTensor.from_tensor(edge * sep_id)], axis=1)
-    # each word's row and position in its owner window
-    row_offset = tf.cumsum(count, exclusive=True)[:, None]
-    window_start = tf.gather(offsets, tf.gather(first, owner, batch_dims=1), batch_dims=1)
-    row = tf.boolean_mask(row_offset + owner, is_word)
-    position = tf.boolean_mask(1 + word_start - window_start, is_word)
-    return rows, row, position
-
-
-def _char_offsets(texts, byte_offsets):
-    """Byte offsets (batch, (n)) into `texts` -> character offsets."""
-    import tensorflow as tf
-
-    _, char_bytes = tf.strings.unicode_decode_with_offsets(texts, "UTF-8")  # (batch, (chars))
-    dense = char_bytes.to_tensor(tf.int64.max)
-    found = tf.searchsorted(dense, tf.cast(byte_offsets.to_tensor(), tf.int64), "left")
-    return tf.RaggedTensor.from_tensor(found, lengths=byte_offsets.row_lengths())

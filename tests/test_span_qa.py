@@ -9,14 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from bertkit_tasks.span_qa import SpanQAOptions, SpanQATask, max_context_flags, window_layout
+from bertkit_tasks.span_qa import SpanQAOptions, SpanQATask
 
 import bertkit
 from bertkit.recipe import load_recipe
+from bertkit.span_decoding import answer_tokens, batch_span_candidates, span_candidates
 from bertkit.squad import QAExample
 from bertkit.testing import FILLER, POSITIVE, tiny_vocabulary, write_tiny_checkpoint
 from bertkit.tokenizer import WordPieceTokenizer
-from bertkit.windows import max_context_windows, sliding_windows
+from bertkit.windows import batch_sliding_windows, sliding_windows
 
 WORDS = [w for w in FILLER if w not in ("what", "is", "it", ".")] + ["Zoë", "café", "Renée"]
 QUESTION = "what is it ?"
@@ -80,26 +81,42 @@ def test_long_context_windows_target_the_answer_where_it_is():
     assert (prediction["answer"], prediction["score"]) == ("Smith", 6.0)
 
 
-def test_graph_windows_match_the_python_rule():
+def test_graph_windows_and_candidates_match_featurize_rules():
+    """`serve`'s windows and candidate masks, in TensorFlow ops, are `featurize`'s."""
     rng = random.Random(0)
     question_lengths = [rng.randint(0, 8) for _ in range(40)]
     context_lengths = [rng.randint(0, 40) for _ in range(40)]
-    example_ids, starts, ends = window_layout(tf.constant(question_lengths, tf.int64),
-                                              tf.constant(context_lengths, tf.int64), 16, 3)
-    first_piece = np.cumsum([0] + context_lengths)[example_ids.numpy()]
-    tokens = tf.ragged.range(starts + first_piece, ends + first_piece)
-    flags = max_context_flags(tokens, starts + first_piece, ends + first_piece,
-                              tf.constant(sum(context_lengths), tf.int64))
-    windows = list(zip(example_ids.numpy(), starts.numpy(), ends.numpy(), flags.to_list(),
-                       strict=True))
+    example_ids, starts, ends = batch_sliding_windows(
+        tf.constant(context_lengths, tf.int64), 16 - 3 - tf.constant(question_lengths, tf.int64), 3)
+    example_ids = example_ids.numpy()
+    first_piece = np.cumsum([0] + context_lengths)[example_ids]  # windows over all contexts
+    starts, ends = starts + first_piece, ends + first_piece
+    window_lengths = [question_lengths[e] for e in example_ids]
+    questions = tf.RaggedTensor.from_row_lengths(tf.zeros([sum(window_lengths)], tf.int32),
+                                                 window_lengths)
+    start_ok, end_ok = batch_span_candidates(questions, tf.ragged.range(starts, ends), starts,
+                                             ends, sum(context_lengths))
+    pad = [False] * (16 - start_ok.shape[1])
+    windows = iter(zip(example_ids, starts.numpy() - first_piece, ends.numpy() - first_piece,
+                       start_ok.numpy().tolist(), end_ok.numpy().tolist(), strict=True))
     for example, (question, length) in enumerate(zip(question_lengths, context_lengths,
                                                      strict=True)):
         expected = sliding_windows(length, 16 - 3 - question, 3)
-        owners = max_context_windows(expected, length)
-        mine = [w[1:] for w in windows if w[0] == example]
-        assert [(s, e) for s, e, _ in mine] == expected
-        assert [f for _, _, f in mine] == [[owners[t] == i for t in range(s, e)]
-                                           for i, (s, e) in enumerate(expected)]
+        expected_starts, expected_ends = span_candidates(expected, question + 2, 16)
+        for window, start_row, end_row in zip(expected, expected_starts, expected_ends,
+                                              strict=True):
+            assert next(windows) == (example, *window, start_row[:16 - len(pad)],
+                                     end_row[:16 - len(pad)])
+            assert start_row[16 - len(pad):] == end_row[16 - len(pad):] == pad
+    assert next(windows, None) is None
+
+
+def test_answer_tokens_overlap_the_answer_characters():
+    context = "Zoë and Renée met"
+    example = QAExample("q", "who ?", context, ("ë and Re",), (2,), False)
+    starts, ends = np.array([0, 4, 8, 14]), np.array([3, 7, 13, 17])  # zoe and renee met
+    assert answer_tokens(example, starts, ends) == (0, 2)
+    assert answer_tokens(QAExample("q", "?", context, (), (), True), starts, ends) is None
 
 
 def test_v1_rejects_unanswerable_questions(tmp_path):

@@ -8,19 +8,14 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from bertkit_tasks.tagging import (
-    TaggingData,
-    TaggingOptions,
-    TaggingTask,
-    fix_word_pieces,
-    windowed_rows,
-)
+from bertkit_tasks.tagging import TaggingData, TaggingOptions, TaggingTask
 
 import bertkit
 from bertkit.errors import UserError
 from bertkit.inference import predict_examples
 from bertkit.testing import tiny_vocabulary, write_tiny_checkpoint
 from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.windows import windowed_rows
 
 SEQUENCE_LENGTH = 32
 OTHER = ["the", "a", "film", "was", "very", "and", "it", "this", "visited", "works", "for", "who",
@@ -111,8 +106,8 @@ def test_graph_windows_match_featurize(sequence_length, stride):
     choices = ["paris", "unbelievably", "qzxwvk", "x", "\x07", "smith", "a-b"]
     sentences = [rng.choices(choices, k=rng.randint(0, 30)) for _ in range(6)]
     features = task.featurize([task.parse_input(words) for words in sentences], training=False)
-    pieces = fix_word_pieces(tokenizer.tokenize_words(tf.ragged.constant(sentences, tf.string)),
-                             tokenizer.unk_id, task.max_word_pieces)
+    pieces = tokenizer.tokenize_words(tf.ragged.constant(sentences, tf.string),
+                                      max_pieces=task.max_word_pieces)
     rows, row, position = windowed_rows(pieces, task.window_size, task.stride,
                                         tokenizer.cls_id, tokenizer.sep_id)
     assert rows.to_list() == [ids.tolist() for ids in features.columns["token_ids"]]

@@ -1,11 +1,20 @@
 """Tokenizer: WordPiece with lowercasing/accent stripping, pair packing, byte offsets."""
 
+import random
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import bertkit.tokenizer
 from bertkit.errors import UserError
-from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.tokenizer import (
+    WordPieceTokenizer,
+    batch_substrings,
+    character_offsets,
+    split_word_rows,
+    tokenize_in_chunks,
+)
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cafe", "the", "film", "good", "##s",
          "a", "b", "c", "d", "e", "f", ".", "Film"]
@@ -45,7 +54,8 @@ def test_offsets_are_bytes_of_the_original_text():
     tokenizer = WordPieceTokenizer(VOCAB, lowercase=True)
     ids, starts, ends = tokenizer.tokenize_with_offsets(tf.constant(["Le café films"]))
     text = "Le café films".encode()
-    pieces = [text[s:e].decode() for s, e in zip(starts.to_list()[0], ends.to_list()[0])]
+    pieces = [text[s:e].decode() for s, e in zip(starts.to_list()[0], ends.to_list()[0],
+                                                   strict=True)]
     assert pieces == ["Le", "café", "film", "s"]
     assert [VOCAB[i] for i in ids.to_list()[0]] == ["[UNK]", "cafe", "film", "##s"]
 
@@ -64,3 +74,62 @@ def test_vocabulary_errors():
         WordPieceTokenizer(["[PAD]", "[UNK]", "[SEP]", "x"], lowercase=True)
     with pytest.raises(UserError, match="repeats tokens: x"):
         WordPieceTokenizer(VOCAB[:5] + ["x", "x"], lowercase=True)
+
+
+def test_words_are_basic_tokenization_with_byte_offsets():
+    tokenizer = WordPieceTokenizer(VOCAB, lowercase=True)
+    text = "Le café's films.\x07 Goodfilms"
+    pieces, starts, ends = tokenizer.words_with_offsets(tf.constant([text, ""]))
+    encoded = text.encode()
+    words = [encoded[s:e].decode() for s, e in zip(starts.to_list()[0], ends.to_list()[0],
+                                                  strict=True)]
+    assert words == ["Le", "café", "'", "s", "films", ".", "Goodfilms"]  # \x07: no word
+    assert [[VOCAB[i] for i in word] for word in pieces.to_list()[0]] == [
+        ["[UNK]"], ["cafe"], ["[UNK]"], ["[UNK]"], ["film", "##s"], ["."], ["[UNK]"]]
+    assert pieces.to_list()[1] == starts.to_list()[1] == []
+    # max_pieces cuts a word's pieces, not its offsets
+    clipped, clipped_starts, clipped_ends = tokenizer.words_with_offsets(
+        tf.constant(["good films"]), max_pieces=1)
+    assert clipped.to_list() == [[[8], [7]]] and clipped_ends.to_list() == [[4, 10]]
+
+
+def test_max_pieces_keeps_every_word():
+    tokenizer = WordPieceTokenizer(VOCAB, lowercase=True)
+    words = tf.ragged.constant([["films", "\x07", "a"], [], ["\x07"]])
+    assert tokenizer.tokenize_words(words).to_list() == [[[7, 9], [], [10]], [], [[]]]
+    assert tokenizer.tokenize_words(words, max_pieces=1).to_list() == [[[7], [1], [10]], [],
+                                                                      [[1]]]
+    assert tokenizer.tokenize_words(words, max_pieces=2).to_list() == [[[7, 9], [1], [10]], [],
+                                                                      [[1]]]
+    [(ids, lengths), _, _] = split_word_rows(tokenizer.tokenize_words(words, max_pieces=2))
+    assert ids.tolist() == [7, 9, 1, 10] and lengths.tolist() == [2, 1, 1]
+
+
+def test_character_offsets_numpy_and_graph_agree():
+    rng = random.Random(0)
+    alphabet = ["a", "é", "’", "漢", "😀", " ", "."]
+    texts = ["".join(rng.choices(alphabet, k=rng.randint(0, 12))) for _ in range(30)]
+    byte_starts, byte_ends, expected = [], [], []
+    for text in texts:  # a random span between character boundaries
+        start = rng.randint(0, len(text))
+        end = rng.randint(start, len(text))
+        byte_starts.append(len(text[:start].encode()))
+        byte_ends.append(len(text[:end].encode()))
+        expected.append((text[start:end], start, end))
+        chars = character_offsets(text, np.array([byte_starts[-1]]), np.array([byte_ends[-1]]))
+        assert (chars[0].tolist(), chars[1].tolist()) == ([start], [end])
+    substrings, starts, ends = batch_substrings(tf.constant(texts), tf.constant(byte_starts),
+                                                tf.constant(byte_ends))
+    assert list(zip([t.decode() for t in substrings.numpy()], starts.numpy().tolist(),
+                    ends.numpy().tolist(), strict=True)) == expected
+    # a byte inside a character maps to that character
+    assert character_offsets("aé", np.array([2]), np.array([3]))[0].tolist() == [1]
+
+
+def test_tokenize_in_chunks_keeps_order(monkeypatch):
+    monkeypatch.setattr(bertkit.tokenizer, "_CHUNK", 2)
+    tokenizer = WordPieceTokenizer(VOCAB, lowercase=True)
+    texts = ["good", "", "the film", "a b c", "films"]
+    rows = tokenize_in_chunks(tokenizer.tokenize, texts)
+    assert [ids.tolist() for (ids,) in rows] == [[8], [], [6, 7], [10, 11, 12], [7, 9]]
+    assert tokenize_in_chunks(tokenizer.tokenize, []) == []

@@ -1,10 +1,14 @@
-"""Dynamic masked-LM masking of one batch, as in BERT pretraining (NumPy only).
+"""Dynamic masked-LM masking of one batch, as in BERT pretraining, and scoring (NumPy only).
 
-Called for every training batch, so each epoch sees new masks (RoBERTa's
-"dynamic masking"; Google BERT fixed them once per copy of the data). Runs
-without TensorFlow, so it serves any Keras backend. The output keys are
+`mask_tokens` is called for every training batch, so each epoch sees new masks
+(RoBERTa's "dynamic masking"; Google BERT fixed them once per copy of the data).
+Runs without TensorFlow, so it serves any Keras backend. The output keys are
 keras-hub's (`MaskedLMMaskGenerator`, `BertMaskedLM`): `token_ids`,
 `mask_positions`, `mask_ids`, `mask_weights`.
+
+`masked_lm_scores` and `top_predictions` turn a batch's prediction-slot logits
+`(batch, slots, vocabulary)` into what is worth keeping: per-row sums for
+perplexity and accuracy, or the few most probable tokens.
 """
 
 from __future__ import annotations
@@ -215,3 +219,61 @@ def _packed_positions(chosen, num_slots: int):
     positions[:, : ascending.shape[1]] = ascending
     used = np.arange(num_slots) < chosen.sum(axis=1, keepdims=True)
     return np.where(used, positions, 0), used
+
+
+# ---- scoring the masked-LM head's logits
+def masked_lm_scores(logits, target_ids) -> dict[str, np.ndarray]:
+    """Per-row masked-LM sums, so that a corpus's mean loss and accuracy add up over rows.
+
+    Args:
+        logits: float array `(batch, P, vocabulary)` over the prediction slots.
+        target_ids: int array `(batch, P)`, the original ids; -1 marks an unused slot.
+
+    Returns:
+        A dict of `(batch,)` arrays: `masked_tokens` (used slots), `correct` (used
+        slots whose highest logit, first on ties, is the target) and `loss` (the
+        targets' summed negative log-probability, float64).
+
+    Example:
+        >>> logits = np.log([[[0.5, 0.25, 0.25], [0.2, 0.2, 0.6]]])
+        >>> scores = masked_lm_scores(logits, np.array([[0, -1]]))
+        >>> {name: np.round(value, 4).tolist() for name, value in scores.items()}
+        {'masked_tokens': [1], 'correct': [1], 'loss': [0.6931]}
+    """
+    logits, target_ids = np.asarray(logits, np.float32), np.asarray(target_ids)
+    used = target_ids >= 0
+    targets = np.where(used, target_ids, 0)  # (batch, P); unused slots read id 0, then drop
+    target_logits = np.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    losses = np.where(used, _logsumexp(logits) - target_logits, 0.0)
+    return {"masked_tokens": used.sum(axis=-1),
+            "correct": (used & (logits.argmax(axis=-1) == targets)).sum(axis=-1),
+            "loss": losses.sum(axis=-1, dtype=np.float64)}
+
+
+def top_predictions(logits, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The `k` most probable ids over the last axis and their softmax probabilities.
+
+    Best first; equal logits go to the lower id, as with `tf.math.top_k`.
+
+    Args:
+        logits: float array `(..., vocabulary)`.
+        k: predictions to keep (all of them when the vocabulary is smaller).
+
+    Returns:
+        ids `(..., k)` and float64 probabilities `(..., k)`.
+
+    Example:
+        >>> ids, probabilities = top_predictions(np.log([[0.1, 0.3, 0.3, 0.3]]), 2)
+        >>> ids.tolist(), np.round(probabilities, 2).tolist()
+        ([[1, 2]], [[0.3, 0.3]])
+    """
+    logits = np.asarray(logits, np.float32)
+    ids = np.argsort(-logits, axis=-1, kind="stable")[..., :k]
+    chosen = np.take_along_axis(logits, ids, axis=-1)
+    return ids, np.exp((chosen - _logsumexp(logits)[..., None]).astype(np.float64))
+
+
+def _logsumexp(logits: np.ndarray) -> np.ndarray:
+    """`log(sum(exp(logits)))` over the last axis, shifted by the maximum so exp cannot overflow."""
+    peak = logits.max(axis=-1, keepdims=True)
+    return np.log(np.exp(logits - peak).sum(axis=-1)) + peak[..., 0]

@@ -21,13 +21,15 @@ from bertkit.masking import (
     default_max_predictions,
     is_continuation_piece,
     mask_tokens,
+    masked_lm_scores,
+    top_predictions,
     word_start_mask,
 )
 from bertkit.pretraining_corpus import create_instances, read_corpus
 from bertkit.task import DataFiles, Features, Task
+from bertkit.tokenizer import split_rows, tokenize_in_chunks
 
 _field = dataclasses.field
-_CHUNK = 2048  # sentences per eager tokenizer call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,10 +44,10 @@ class MaskedLMOptions:
     max_predictions: int | None = _field(default=None, metadata={
         "min": 1, "help": "masked tokens per row at most; null: sequence_length x mask_rate"})
     validation_fraction: float = _field(default=0.05, metadata={
-        "min": 0.0, "max": 0.5, "help": "share of training documents held out and evaluated "
-                                        "after training, when data.validation is not given"})
+        "min": 0.0, "max": 0.5, "help": "share of training documents held out as validation "
+                                        "data when data.validation is not given"})
     seed: int = _field(default=0, metadata={
-        "help": "seeds instances, the held-out split and evaluation masks"})
+        "help": "seeds instances, the validation split and evaluation masks"})
     top_k: int = _field(default=5, metadata={"min": 1, "help": "predictions per [MASK]"})
 
 
@@ -82,9 +84,9 @@ class MaskedLMTask(Task):
     `masked_accuracy` and `nsp_accuracy`; for it `decode` returns one record per
     instance, `{"masked_tokens", "correct", "loss", "next_sentence_correct"}`,
     since an instance may join two documents. Without `data.validation`, a
-    seeded `validation_fraction` of the training documents is kept out of
-    training and evaluated after it (`final.held_out` in metrics.json). The
-    adapted backbone is saved in `<run>/backbone`, a preset for any recipe.
+    seeded `validation_fraction` of the training documents is the validation
+    data, evaluated every epoch. The adapted backbone is saved in
+    `<run>/backbone`, a preset for any recipe.
     """
 
     name = "mlm"
@@ -93,18 +95,17 @@ class MaskedLMTask(Task):
     Data = CorpusData
     monitor = "perplexity"
     mode = "min"
-    held_out_documents: tuple | list = ()  # set by featurize(training=True)
 
     # ---- data
     def read(self, path):
         documents = read_corpus(path, corpus_format(path, self.data.format))
         return [Document(tuple(sentences), str(path)) for sentences in documents]
 
-    def split_held_out(self, documents: list) -> tuple[list, list]:
-        """(training, held-out) documents: a seeded split, made only without a validation file."""
+    def split_validation(self, documents):
+        """(training, validation) documents: a seeded `validation_fraction` of them, if >= 2."""
         count = round(len(documents) * self.options.validation_fraction)
-        if self.data.validation or count < 2 or len(documents) - count < 2:
-            return documents, []
+        if count < 2 or len(documents) - count < 2:  # next-sentence pairs need 2 documents
+            return documents, None
         held = set(np.random.default_rng([self.options.seed, 2]).choice(
             len(documents), count, replace=False).tolist())
         return ([d for i, d in enumerate(documents) if i not in held],
@@ -115,8 +116,6 @@ class MaskedLMTask(Task):
             raise UserError("the backbone's vocabulary has no [MASK] token")
         if examples and isinstance(examples[0], FillMaskQuery):
             return self._featurize_queries(examples)
-        if training:
-            examples, self.held_out_documents = self.split_held_out(examples)
         rng = np.random.default_rng([self.options.seed, int(training)])
         instances = self._instances(examples, rng)
         packed = [pack_instance(i, self.tokenizer.cls_id, self.tokenizer.sep_id) for i in instances]
@@ -129,7 +128,9 @@ class MaskedLMTask(Task):
         return Features(columns, example_index=np.full(len(instances), -1))
 
     def _instances(self, documents, rng):
-        pieces = iter(self._tokenize([s for document in documents for s in document.sentences]))
+        sentences = [sentence for document in documents for sentence in document.sentences]
+        rows = tokenize_in_chunks(self.tokenizer.tokenize, sentences)  # (ids,) per sentence
+        pieces = iter(ids.tolist() for ids, in rows)
         tokenized = [[next(pieces) for _ in document.sentences] for document in documents]
         source, options = documents[0].source if documents else None, self.options
         if options.next_sentence_prediction and len(documents) < 2:
@@ -140,16 +141,6 @@ class MaskedLMTask(Task):
         if not instances:
             raise UserError("the corpus holds no text", source=source)
         return instances
-
-    def _tokenize(self, sentences: list[str]) -> list[list[int]]:
-        import tensorflow as tf
-
-        pieces = []
-        for start in range(0, len(sentences), _CHUNK):
-            ragged = self.tokenizer.tokenize(tf.constant(sentences[start:start + _CHUNK]))
-            values, splits = ragged.flat_values.numpy().tolist(), ragged.row_splits.numpy()
-            pieces += [values[a:b] for a, b in zip(splits[:-1], splits[1:], strict=True)]
-        return pieces
 
     @cached_property
     def _continuation_pieces(self) -> np.ndarray:
@@ -183,14 +174,11 @@ class MaskedLMTask(Task):
         import tensorflow as tf
 
         token_ids, segment_ids = self._encode_queries(tf.constant([q.text for q in queries]))
-        token_ids = [np.array(row, np.int32) for row in token_ids.to_list()]
-        found = [np.flatnonzero(ids == self.tokenizer.mask_id) for ids in token_ids]
-        mask_positions = np.zeros((len(queries), max(1, *map(len, found))), np.int32)
-        for row, positions in enumerate(found):
-            mask_positions[row, :len(positions)] = positions
-        return Features({"token_ids": token_ids, "mask_positions": mask_positions,
-                         "num_masks": np.array([len(positions) for positions in found]),
-                         "segment_ids": [np.array(row, np.int32) for row in segment_ids.to_list()]},
+        positions = self._mask_positions(token_ids)  # (batch, (masks))
+        width = max(1, int(tf.reduce_max(positions.row_lengths())))  # the model needs a slot
+        return Features({"token_ids": split_rows(token_ids), "segment_ids": split_rows(segment_ids),
+                         "mask_positions": positions.to_tensor(shape=[None, width]).numpy(),
+                         "num_masks": positions.row_lengths().numpy()},
                         example_index=np.arange(len(queries)))
 
     def make_batch(self, batch, training, rng):
@@ -214,8 +202,9 @@ class MaskedLMTask(Task):
         initializer = keras.initializers.TruncatedNormal(stddev=0.02)
         mlm_head = keras_hub.layers.MaskedLMHead(
             token_embedding=backbone.token_embedding,  # tied output projection
-            intermediate_activation=_gelu(hidden_act(backbone)), layer_norm_epsilon=1e-12,
-            kernel_initializer=initializer, dtype=backbone.dtype_policy, name="mlm_head")
+            intermediate_activation=backbone.transformer_layers[0].activation,  # its GELU
+            layer_norm_epsilon=1e-12, kernel_initializer=initializer,
+            dtype=backbone.dtype_policy, name="mlm_head")
         # (batch, predictions, vocabulary)
         outputs = {"mlm": mlm_head(backbone.output["sequence_output"], mask_positions)}
         if self.options.next_sentence_prediction:  # (batch, 2); class 1: B is random
@@ -252,30 +241,28 @@ class MaskedLMTask(Task):
         return metrics
 
     # ---- outputs
-    def decode(self, examples, features, outputs):
-        columns = features.columns
-        if "mask_ids" not in columns:
-            return [self._fill_mask(logits[:count]) for logits, count in
-                    zip(outputs["mlm"], columns["num_masks"], strict=True)]
-        predictions = []
-        for row, logits in enumerate(outputs["mlm"]):
-            gold = columns["mask_ids"][row]
-            log_probabilities = _log_softmax(logits[gold >= 0])  # (masked, vocabulary)
-            gold = gold[gold >= 0]
-            prediction = {"masked_tokens": len(gold),
-                          "correct": int((log_probabilities.argmax(-1) == gold).sum()),
-                          "loss": float(-log_probabilities[np.arange(len(gold)), gold].sum())}
-            if "nsp" in outputs:
-                prediction["next_sentence_correct"] = bool(
-                    outputs["nsp"][row].argmax() == columns["next_sentence"][row])
-            predictions.append(prediction)
-        return predictions
+    def reduce_outputs(self, batch, outputs):
+        """Per-row scores or top-k tokens: (rows, slots, vocabulary) logits are never kept."""
+        if "mask_ids" not in batch:  # fill-mask queries; slots past num_masks are cut in decode
+            ids, probabilities = top_predictions(outputs["mlm"], self.options.top_k)
+            return {"top_ids": ids, "top_probabilities": probabilities}  # (batch, masks, top_k)
+        reduced = masked_lm_scores(outputs["mlm"], batch["mask_ids"])  # (batch,) each
+        if "nsp" in outputs:
+            reduced["next_sentence_correct"] = outputs["nsp"].argmax(-1) == batch["next_sentence"]
+        return reduced
 
-    def _fill_mask(self, logits) -> dict:
-        probabilities = np.exp(_log_softmax(logits))  # (masks, vocabulary)
-        best = np.argsort(-probabilities, axis=-1, kind="stable")[:, :self.options.top_k]
-        return {"masks": [[{"token": self.tokenizer.vocabulary[i], "score": float(p[i])}
-                           for i in ids] for p, ids in zip(probabilities, best, strict=True)]}
+    def decode(self, examples, features, outputs):
+        if "top_ids" in outputs:
+            return [self._fill_mask(ids[:count], probabilities[:count]) for ids, probabilities,
+                    count in zip(outputs["top_ids"], outputs["top_probabilities"],
+                                 features.columns["num_masks"], strict=True)]
+        return [{name: values[row].item() for name, values in outputs.items()}
+                for row in range(len(features))]
+
+    def _fill_mask(self, ids, probabilities) -> dict:
+        return {"masks": [[{"token": self.tokenizer.vocabulary[i], "score": float(p)}
+                           for i, p in zip(top, scores, strict=True)]
+                          for top, scores in zip(ids, probabilities, strict=True)]}
 
     def evaluate(self, examples, predictions):
         count = max(1, sum(p["masked_tokens"] for p in predictions))
@@ -298,26 +285,12 @@ class MaskedLMTask(Task):
                         f"with 'text' (and 'text_pair'), got {value!r:.80}")
 
     def after_training(self, model, backbone, run_dir):
-        from bertkit.backbone import save_preset
+        from bertkit.backbone import gelu_exact, save_preset
 
-        if self.held_out_documents:
-            self._evaluate_held_out(model, run_dir)
-        directory = save_preset(backbone, self.tokenizer, hidden_act(backbone),
+        exact = backbone.transformer_layers[0].activation is gelu_exact
+        directory = save_preset(backbone, self.tokenizer, "gelu" if exact else "gelu_tanh",
                                 Path(run_dir.path) / "backbone")
         print(f"adapted backbone: {directory} (use it as backbone.preset)")
-
-    def _evaluate_held_out(self, model, run_dir) -> None:
-        from bertkit.batching import bucket_lengths
-        from bertkit.inference import predict_examples
-        from bertkit.run_dir import read_json, write_json
-
-        predictions = predict_examples(self, model, self.held_out_documents, 32,
-                                       bucket_lengths(self.sequence_length))
-        metrics = self.evaluate(self.held_out_documents, predictions)
-        results = read_json(run_dir.metrics_file)
-        results.setdefault("final", {})["held_out"] = metrics
-        write_json(run_dir.metrics_file, results)
-        print("held_out:", ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()))
 
     # ---- export (and the query tokenization predict shares with it)
     def _encode_queries(self, texts):
@@ -344,6 +317,13 @@ class MaskedLMTask(Task):
         joined = tf.RaggedTensor.from_row_splits(with_mask, parts.row_splits).merge_dims(1, 2)
         return joined[:, :-1]  # no [MASK] after the last part
 
+    def _mask_positions(self, token_ids):
+        """(batch, (pieces)) ids -> (batch, (masks)) int32 positions of their [MASK] pieces."""
+        import tensorflow as tf
+
+        positions = tf.ragged.range(tf.cast(token_ids.row_lengths(), tf.int32))
+        return tf.ragged.boolean_mask(positions, tf.equal(token_ids, self.tokenizer.mask_id))
+
     def serving_inputs(self):
         import tensorflow as tf
 
@@ -353,11 +333,8 @@ class MaskedLMTask(Task):
         import tensorflow as tf
 
         token_ids, segment_ids = self._encode_queries(inputs["text"])
-        dense_ids = token_ids.to_tensor()
-        positions = tf.ragged.boolean_mask(  # (batch, (masks))
-            tf.broadcast_to(tf.range(tf.shape(dense_ids)[1]), tf.shape(dense_ids)),
-            dense_ids == self.tokenizer.mask_id)
-        outputs = model({"token_ids": dense_ids, "segment_ids": segment_ids.to_tensor(),
+        positions = self._mask_positions(token_ids)  # (batch, (masks))
+        outputs = model({"token_ids": token_ids.to_tensor(), "segment_ids": segment_ids.to_tensor(),
                          "padding_mask": tf.ones_like(token_ids).to_tensor(),
                          "mask_positions": positions.to_tensor()}, training=False)
         probabilities = tf.nn.softmax(tf.cast(outputs["mlm"], tf.float32))
@@ -392,25 +369,6 @@ def corpus_format(path, format: str) -> str:
     if format != "auto":
         return format
     return "jsonl" if Path(path).suffix.lower() in (".jsonl", ".json", ".ndjson") else "text"
-
-
-def hidden_act(backbone) -> str:
-    """The GELU variant of a loaded backbone: "gelu" (exact) or "gelu_tanh"."""
-    from bertkit.backbone import gelu_exact
-
-    return "gelu" if backbone.transformer_layers[0].activation is gelu_exact else "gelu_tanh"
-
-
-def _gelu(name: str):
-    from bertkit.backbone import gelu_exact
-
-    return gelu_exact if name == "gelu" else gelu_tanh
-
-
-def gelu_tanh(x):
-    import keras
-
-    return keras.activations.gelu(x, approximate=True)
 
 
 _HEAD_TENSORS = {  # Keras weight path -> Hugging Face BertForPreTraining tensor name
@@ -464,8 +422,3 @@ def masked_accuracy():
 
     return MaskedAccuracy(name="accuracy")
 
-
-def _log_softmax(logits) -> np.ndarray:
-    logits = np.asarray(logits, np.float64)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))

@@ -12,6 +12,8 @@ from bertkit.masking import (
     default_max_predictions,
     is_continuation_piece,
     mask_tokens,
+    masked_lm_scores,
+    top_predictions,
     word_start_mask,
 )
 
@@ -189,3 +191,31 @@ def test_bad_arguments_are_rejected(arguments, message):
             rng=np.random.default_rng(0),
             **{**defaults, **arguments},
         )
+
+
+def test_masked_lm_scores_sum_the_used_slots_of_each_row():
+    rng = np.random.default_rng(8)
+    logits = (rng.normal(size=(3, 4, 50)) * 5).astype(np.float16)  # as under mixed precision
+    targets = rng.integers(0, 50, size=(3, 4))
+    targets[0, 2:], targets[2] = -1, -1  # row 2 has no masked token
+    logits[1, 0, targets[1, 0]] = 100  # surely right
+    scores = masked_lm_scores(logits, targets)
+    reference = np.asarray(logits, np.float64)
+    log_probabilities = reference - np.log(np.exp(reference).sum(-1, keepdims=True))
+    used = targets >= 0
+    expected = [-sum(log_probabilities[r, s, targets[r, s]] for s in range(4) if used[r, s])
+                for r in range(3)]
+    np.testing.assert_allclose(scores["loss"], expected, rtol=1e-5)
+    np.testing.assert_array_equal(scores["masked_tokens"], [2, 4, 0])
+    np.testing.assert_array_equal(
+        scores["correct"], ((reference.argmax(-1) == targets) & used).sum(-1))
+    assert scores["correct"][1] >= 1
+
+
+def test_top_predictions_are_the_best_softmax_entries_lower_id_first_on_ties():
+    logits = np.array([[[1.0, 3.0, 3.0, 2.0, 0.0]], [[0.0, 0.0, 0.0, 0.0, 0.0]]])  # (2, 1, 5)
+    ids, probabilities = top_predictions(logits, 3)
+    assert ids.tolist() == [[[1, 2, 3]], [[0, 1, 2]]] and probabilities.shape == (2, 1, 3)
+    softmax = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    np.testing.assert_allclose(probabilities, np.take_along_axis(softmax, ids, -1), rtol=1e-6)
+    assert top_predictions(logits, 9)[0].shape == (2, 1, 5)

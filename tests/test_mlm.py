@@ -14,6 +14,7 @@ from bertkit.backbone import load_architecture, load_pretrained
 from bertkit.batching import pad_batch
 from bertkit.errors import UserError
 from bertkit.inference import predict_examples
+from bertkit.task import Features
 from bertkit.testing import tiny_vocabulary, write_sentiment_tsv, write_tiny_checkpoint
 from bertkit.tokenizer import WordPieceTokenizer
 
@@ -53,7 +54,7 @@ def trained(tmp_path_factory):
     heads = add_head_tensors(checkpoint)
     recipe = {"schema": 1, "task": "mlm",
               "backbone": {"preset": str(checkpoint), "sequence_length": 32},
-              "data": {"train": str(write_corpus(root / "corpus.txt", 200))},  # 10 held out
+              "data": {"train": str(write_corpus(root / "corpus.txt", 200))},  # 10 for validation
               "training": {"epochs": 8, "batch_size": 8, "learning_rate": 3e-3}}
     model = bertkit.finetune(recipe, output_dir=root / "run", verbose=0)
     write_corpus(root / "valid.txt", 12)
@@ -78,9 +79,18 @@ def test_heads_start_from_the_checkpoint_and_learn(trained):
     assert after == finetuned.evaluate(root / "valid.txt")  # evaluation masks are fixed
     assert after["perplexity"] < before["perplexity"] / 4
     assert after["masked_accuracy"] > max(0.35, before["masked_accuracy"] + 0.25)
-    held_out = json.loads((root / "run" / "metrics.json").read_text())["final"]["held_out"]
-    assert set(held_out) == {"perplexity", "mlm_loss", "masked_accuracy", "nsp_accuracy"}
-    assert held_out["perplexity"] < before["perplexity"] / 4
+
+
+def test_held_out_documents_are_evaluated_every_epoch(trained):
+    root = trained[0]
+    results = json.loads((root / "run" / "metrics.json").read_text())
+    perplexities = [epoch["val_perplexity"] for epoch in results["epochs"]]
+    assert results["monitor"] == "val_perplexity" and len(perplexities) == 8
+    assert perplexities[-1] < perplexities[0] / 3
+    validation = results["final"]["validation"]  # the best epoch's weights, evaluated again
+    assert set(validation) == {"perplexity", "mlm_loss", "masked_accuracy", "nsp_accuracy"}
+    assert validation["perplexity"] == pytest.approx(min(perplexities), rel=1e-4)
+    assert "| validation | perplexity |" in (root / "run" / "report.md").read_text()
 
 
 def test_fill_mask_predictions_and_savedmodel_in_a_fresh_process(trained):
@@ -131,16 +141,40 @@ def test_adapted_backbone_preset_serves_another_task(trained, tmp_path):
     assert classifier.predict(["a good film"])[0]["label"] in {"positive", "negative"}
 
 
-def test_held_out_split_and_inputs():
+def test_validation_split_and_inputs():
     documents = list(range(100))
-    with_validation = MaskedLMTask(MaskedLMOptions(), CorpusData("c.txt", "v.txt"), None, 32)
-    assert with_validation.split_held_out(documents) == (documents, [])
     task = MaskedLMTask(MaskedLMOptions(), CorpusData("c.txt"), None, 32)
-    kept, held = task.split_held_out(documents)
+    kept, held = task.split_validation(documents)
     assert len(held) == 5 and sorted(kept + held) == documents
-    assert task.split_held_out(documents) == (kept, held)
+    assert task.split_validation(documents) == (kept, held)  # seeded
+    assert task.split_validation(documents[:20]) == (documents[:20], None)  # 1 document: too few
     with pytest.raises(UserError, match=r"\[MASK\]"):
         task.parse_input("no mask here")
+
+
+def test_outputs_reduce_to_instance_records_and_fill_mask_tokens():
+    vocabulary = tiny_vocabulary()
+    task = MaskedLMTask(MaskedLMOptions(top_k=2), CorpusData("c.txt"),
+                        WordPieceTokenizer(vocabulary, True), 32)
+    logits = np.zeros((2, 2, len(vocabulary)), np.float32)  # (rows, slots, vocabulary)
+    logits[0, 0, 7] = 50  # row 0: its one masked token surely right; row 1: uniform, wrong
+    batch = {"mask_ids": np.array([[7, -1], [5, 6]]), "next_sentence": np.array([0, 0])}
+    reduced = task.reduce_outputs(batch, {"mlm": logits, "nsp": np.array([[2.0, 0], [0, 2.0]])})
+    records = task.decode([], Features({"token_ids": [[2, 3]] * 2}, np.full(2, -1)), reduced)
+    assert records[0] == {"masked_tokens": 1, "correct": 1, "loss": pytest.approx(0, abs=1e-6),
+                          "next_sentence_correct": True}
+    assert records[1]["masked_tokens"] == 2 and not records[1]["next_sentence_correct"]
+    metrics = task.evaluate([], records)
+    assert metrics["masked_accuracy"] == 1 / 3 and metrics["nsp_accuracy"] == 0.5
+    assert metrics["perplexity"] == pytest.approx(len(vocabulary) ** (2 / 3), rel=1e-5)
+
+    features = task.featurize([task.parse_input("john visited [MASK] .")], training=False)
+    batch = pad_batch(features, np.arange(1), (32,))
+    logits = np.zeros((1, features.columns["mask_positions"].shape[1], len(vocabulary)))
+    logits[0, 0, [vocabulary.index("paris"), vocabulary.index("london")]] = 5, 4
+    reduced = task.reduce_outputs(batch, {"mlm": logits})
+    [prediction] = task.decode([], features, {k: list(v) for k, v in reduced.items()})
+    assert [top["token"] for top in prediction["masks"][0]] == ["paris", "london"]
 
 
 def test_instances_and_dynamic_masks_without_next_sentence_prediction(tmp_path):

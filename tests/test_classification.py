@@ -128,6 +128,7 @@ def test_data_errors_name_file_and_line(tmp_path):
     with pytest.raises(UserError, match=r"train.tsv:3: expected 2 fields \(sentence, label\), "
                                         r"found 1"):
         bertkit.finetune(spec, output_dir=tmp_path / "run", verbose=0)
+    assert not (tmp_path / "run").exists()  # no half-made run directory is left behind
     (tmp_path / "train.tsv").write_text("text\tlabel\ngood film\tpositive\n")
     with pytest.raises(UserError, match=r"train.tsv:2: sentence: missing column 'sentence' "
                                         r"\(columns: text, label\)"):

@@ -28,7 +28,7 @@ def export_saved_model(task, model, directory, metadata: dict) -> Path:
     names = list(specs)
 
     def serve(*tensors):
-        return task.serve(model, dict(zip(names, tensors)))
+        return task.serve(model, dict(zip(names, tensors, strict=True)))
 
     archive = keras.export.ExportArchive()
     archive.track(model)

@@ -41,7 +41,7 @@ def _unpack_features(prefix: str, layout: dict, data) -> Features:
     for name, kind in layout["columns"].items():
         if kind == "sequence":
             values, offsets = data[f"{prefix}/{name}/values"], data[f"{prefix}/{name}/offsets"]
-            columns[name] = [values[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+            columns[name] = [values[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
         else:
             columns[name] = data[f"{prefix}/{name}"]
     return Features(columns, data[f"{prefix}/example_index"], layout["pad_values"])

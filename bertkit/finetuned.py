@@ -6,7 +6,6 @@ from pathlib import Path
 
 from bertkit import schema
 from bertkit.backbone import load_architecture
-from bertkit.batching import bucket_lengths
 from bertkit.errors import UserError
 from bertkit.inference import predict_examples
 from bertkit.registry import load_task

@@ -188,7 +188,8 @@ def _build_recipe(raw: dict, file_origin, override_origin, touched: set,
     task_class = load_task(task_name, source=where.source, line=where.line)
     for section in ("backbone", "data"):
         if not isinstance(raw.get(section), dict):
-            problem = "missing required section" if raw.get(section) is None else "expected a mapping for"
+            problem = ("missing required section" if raw.get(section) is None
+                       else "expected a mapping for")
             raise origin.error(f"{problem} '{section}'", (section,))
     data = schema.build(task_class.Data, raw["data"], origin, ("data",))
     if data.train is None:

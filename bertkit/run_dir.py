@@ -75,7 +75,9 @@ class RunDirectory:
         return run
 
     def status(self) -> str | None:
-        return read_json(self.run_file, "run file").get("status") if self.run_file.exists() else None
+        if not self.run_file.exists():
+            return None
+        return read_json(self.run_file, "run file").get("status")
 
     def prepare(self, recipe_yaml: str, overwrite: bool) -> bool:
         """Creates or checks the directory for a run; returns True when resuming."""

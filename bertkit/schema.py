@@ -142,7 +142,8 @@ def _check_type(hint, value, origin, path):
 def _check_scalar(hint, value, origin, path):
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if hint is object or (isinstance(value, hint) and not (hint is int and isinstance(value, bool))):
+    is_bool_as_int = hint is int and isinstance(value, bool)
+    if hint is object or (isinstance(value, hint) and not is_bool_as_int):
         return value
     names = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
     raise origin.error(f"expected {names.get(hint, hint.__name__)}, got {_describe(value)}", path)

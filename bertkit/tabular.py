@@ -54,7 +54,10 @@ def read_rows(path, fmt: str, columns: list[str]) -> Iterator[tuple[int, dict]]:
         raise UserError(f"cannot read file: {error.strerror}", source=path) from None
     with handle:
         try:
-            rows = _json_rows(handle, path) if fmt == "jsonl" else _delimited_rows(handle, fmt, path)
+            if fmt == "jsonl":
+                rows = _json_rows(handle, path)
+            else:
+                rows = _delimited_rows(handle, fmt, path)
             for line, row in rows:
                 yield line, _require(row, columns, path, line)
         except UnicodeDecodeError:
@@ -77,7 +80,7 @@ def _delimited_rows(handle, fmt, path):
         if len(fields) != len(header):
             raise UserError(f"expected {len(header)} fields ({', '.join(header)}), "
                             f"found {len(fields)}", source=path, line=reader.line_num)
-        yield reader.line_num, dict(zip(header, fields))
+        yield reader.line_num, dict(zip(header, fields, strict=True))
 
 
 def _json_rows(handle, path):

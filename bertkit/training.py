@@ -165,7 +165,7 @@ class _Trainer:
             if self.training.mixed_precision:
                 keras.config.set_dtype_policy(f"mixed_{self.training.mixed_precision}")
             with _strategy_scope(self.training.distribution,
-                                 self.training.gradient_accumulation_steps):  # variables are made in scope
+                                 self.training.gradient_accumulation_steps):
                 return self._train()
         finally:
             keras.config.set_dtype_policy(policy)  # a process-wide setting: leave it as found

@@ -76,7 +76,8 @@ def parse_yaml(text: str, source="<string>") -> tuple[object, dict[KeyPath, int]
         loader.dispose()
 
 
-_PLAIN_TAGS = {yaml.MappingNode: "tag:yaml.org,2002:map", yaml.SequenceNode: "tag:yaml.org,2002:seq"}
+_PLAIN_TAGS = {yaml.MappingNode: "tag:yaml.org,2002:map",
+               yaml.SequenceNode: "tag:yaml.org,2002:seq"}
 
 
 def _to_python(loader, node, path: KeyPath, lines: dict, source):

@@ -115,7 +115,7 @@ class ClassificationTask(Task):
         probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities /= probabilities.sum(axis=1, keepdims=True)
         return [{"label": self.labels[int(p.argmax())], "score": float(p.max()),
-                 "probabilities": dict(zip(self.labels, map(float, p)))}
+                 "probabilities": dict(zip(self.labels, map(float, p), strict=True))}
                 for p in probabilities]
 
     def evaluate(self, examples, predictions):

@@ -60,7 +60,8 @@ def test_python_api_sections_merge(tmp_path):
 @pytest.mark.parametrize("text, message", [
     (GOOD.replace("epochs: 2", "epochs: fast"),
      "r.yaml:5: training.epochs: expected an integer, got 'fast'"),
-    (GOOD.replace("epochs: 2", "epochs: 0"), "r.yaml:5: training.epochs: must be at least 1, got 0"),
+    (GOOD.replace("epochs: 2", "epochs: 0"),
+     "r.yaml:5: training.epochs: must be at least 1, got 0"),
     (GOOD.replace("epochs: 2", "epohcs: 2"),
      "r.yaml:5: training.epohcs: unknown key 'epohcs'; did you mean 'epochs'?"),
     (GOOD.replace("task: classification", "task: clasification"),

@@ -60,7 +60,7 @@ def test_kill_9_mid_epoch_then_resume_gives_the_same_metrics(tmp_path):
 
     expected, got = final("uninterrupted"), final("interrupted")
     assert [e["epoch"] for e in got["epochs"]] == [1, 2, 3]
-    for a, b in zip(expected["epochs"], got["epochs"]):
+    for a, b in zip(expected["epochs"], got["epochs"], strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
         assert a["val_accuracy"] == pytest.approx(b["val_accuracy"])
     assert got["final"]["validation"] == pytest.approx(expected["final"]["validation"])

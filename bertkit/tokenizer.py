@@ -166,6 +166,17 @@ class WordPieceTokenizer:
         return tf_text.combine_segments(
             trimmed, start_of_sequence_id=self.cls_id, end_of_segment_id=self.sep_id)
 
+    def model_inputs(self, texts: list, sequence_length: int) -> dict:
+        """1 or 2 string tensors (batch,) -> dense `token_ids`, `segment_ids`, `padding_mask`.
+
+        The serving path of text and text-pair tasks, in TensorFlow ops.
+        """
+        import tensorflow as tf
+
+        token_ids, segment_ids = self.pack([self.tokenize(t) for t in texts], sequence_length)
+        return {"token_ids": token_ids.to_tensor(), "segment_ids": segment_ids.to_tensor(),
+                "padding_mask": tf.ones_like(token_ids).to_tensor()}
+
     # ---- eager helpers for featurization
     def encode(self, texts: list[str], pairs: list[str] | None = None, *,
                sequence_length: int) -> tuple[list[np.ndarray], list[np.ndarray]]:

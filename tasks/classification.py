@@ -150,10 +150,8 @@ class ClassificationTask(Task):
     def serve(self, model, inputs):
         import tensorflow as tf
 
-        segments = [self.tokenizer.tokenize(inputs[name]) for name in sorted(inputs)]
-        token_ids, segment_ids = self.tokenizer.pack(segments, self.sequence_length)
-        model_inputs = {"token_ids": token_ids.to_tensor(), "segment_ids": segment_ids.to_tensor(),
-                        "padding_mask": tf.ones_like(token_ids).to_tensor()}
+        texts = [inputs[name] for name in sorted(inputs)]  # text (, text_pair)
+        model_inputs = self.tokenizer.model_inputs(texts, self.sequence_length)
         probabilities = tf.nn.softmax(tf.cast(model(model_inputs, training=False), tf.float32))
         best = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
         return {"label": tf.gather(tf.constant(self.labels), best),

@@ -75,11 +75,6 @@ class RegressionTask(Task):
         return {name: tf.TensorSpec([None], tf.string, name=name) for name in names}
 
     def serve(self, model, inputs):
-        import tensorflow as tf
-
-        segments = [self.tokenizer.tokenize(inputs[name]) for name in sorted(inputs)]
-        token_ids, segment_ids = self.tokenizer.pack(segments, self.sequence_length)
-        scores = model({"token_ids": token_ids.to_tensor(),
-                        "segment_ids": segment_ids.to_tensor(),
-                        "padding_mask": tf.ones_like(token_ids).to_tensor()}, training=False)
-        return {"score": scores}
+        texts = [inputs[name] for name in sorted(inputs)]  # text (, text_pair)
+        model_inputs = self.tokenizer.model_inputs(texts, self.sequence_length)
+        return {"score": model(model_inputs, training=False)}

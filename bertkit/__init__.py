@@ -19,11 +19,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from bertkit.errors import UserError  # noqa: E402
 from bertkit.recipe import Recipe, load_recipe  # noqa: E402
-from bertkit.task import DataFiles, Features, NoOptions, Task  # noqa: E402
+from bertkit.task import DataFiles, Features, NoOptions, Task, string_inputs  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["DataFiles", "Features", "NoOptions", "Recipe", "Task", "UserError", "finetune",
-           "load", "load_recipe"]
+           "load", "load_recipe", "string_inputs"]
 
 
 def finetune(recipe, **kwargs):

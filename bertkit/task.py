@@ -91,6 +91,18 @@ class Features:
         return isinstance(self.columns[name], list)
 
 
+def string_inputs(*names: str) -> dict:
+    """`serving_inputs` of a signature taking batches of raw strings, one per name.
+
+    Example:
+        >>> sorted(string_inputs("question", "context"))
+        ['context', 'question']
+    """
+    import tensorflow as tf
+
+    return {name: tf.TensorSpec([None], tf.string, name=name) for name in names}
+
+
 class Task:
     """Base class of task plugins; see the module docstring for the contract.
 
@@ -177,7 +189,8 @@ class Task:
 
     # ---- export
     def serving_inputs(self) -> dict:
-        """name -> tf.TensorSpec of the raw inputs of the exported signature."""
+        """name -> tf.TensorSpec of the raw inputs of the exported signature (see
+        `string_inputs`)."""
         raise NotImplementedError
 
     def serve(self, model, inputs: dict) -> dict:

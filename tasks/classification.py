@@ -9,7 +9,7 @@ import numpy as np
 from bertkit.errors import UserError
 from bertkit.metrics import confusion_matrix, macro_f1, matthews_corrcoef
 from bertkit.tabular import detect_format, read_rows
-from bertkit.task import DataFiles, Features, Task
+from bertkit.task import DataFiles, Features, Task, string_inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,10 +142,7 @@ class ClassificationTask(Task):
 
     # ---- export
     def serving_inputs(self):
-        import tensorflow as tf
-
-        names = ["text", "text_pair"] if self.data.text_pair else ["text"]
-        return {name: tf.TensorSpec([None], tf.string, name=name) for name in names}
+        return string_inputs("text", "text_pair") if self.data.text_pair else string_inputs("text")
 
     def serve(self, model, inputs):
         import tensorflow as tf

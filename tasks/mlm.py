@@ -26,7 +26,7 @@ from bertkit.masking import (
     word_start_mask,
 )
 from bertkit.pretraining_corpus import create_instances, read_corpus
-from bertkit.task import DataFiles, Features, Task
+from bertkit.task import DataFiles, Features, Task, string_inputs
 from bertkit.tokenizer import split_rows, tokenize_in_chunks
 
 _field = dataclasses.field
@@ -325,9 +325,7 @@ class MaskedLMTask(Task):
         return tf.ragged.boolean_mask(positions, tf.equal(token_ids, self.tokenizer.mask_id))
 
     def serving_inputs(self):
-        import tensorflow as tf
-
-        return {"text": tf.TensorSpec([None], tf.string, name="text")}
+        return string_inputs("text")
 
     def serve(self, model, inputs):
         import tensorflow as tf

@@ -25,7 +25,7 @@ import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.squad import QAExample, read_squad
-from bertkit.task import Features, Task
+from bertkit.task import Features, Task, string_inputs
 from bertkit.windows import sliding_windows
 
 _field = dataclasses.field
@@ -285,10 +285,7 @@ class SpanQATask(Task):
 
     # ---- export
     def serving_inputs(self):
-        import tensorflow as tf
-
-        return {name: tf.TensorSpec([None], tf.string, name=name)
-                for name in ("question", "context")}
+        return string_inputs("question", "context")
 
     def serve(self, model, inputs):
         """featurize + model + decode in TensorFlow ops, windows included."""

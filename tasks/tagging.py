@@ -39,7 +39,7 @@ from bertkit.conlleval import evaluate as conll_evaluate
 from bertkit.conlleval import format_report, split_tag
 from bertkit.errors import UserError
 from bertkit.tag_schemes import chunks_to_tags, convert_tags
-from bertkit.task import DataFiles, Features, Task
+from bertkit.task import DataFiles, Features, Task, string_inputs
 from bertkit.windows import max_context_windows, word_windows
 
 IGNORED = -100  # label of the pieces the loss skips
@@ -294,9 +294,7 @@ class TaggingTask(Task):
 
     # ---- export
     def serving_inputs(self):
-        import tensorflow as tf
-
-        return {"text": tf.TensorSpec([None], tf.string, name="text")}
+        return string_inputs("text")
 
     def serve(self, model, inputs):
         """Raw texts -> entities, windowed and decoded in the graph as `featurize`/`decode` do."""

@@ -4,7 +4,7 @@ import dataclasses
 
 import numpy as np
 
-from bertkit import DataFiles, Features, Task, UserError
+from bertkit import DataFiles, Features, Task, UserError, string_inputs
 from bertkit.tabular import detect_format, read_rows
 
 
@@ -69,10 +69,7 @@ class RegressionTask(Task):
         return (text, pair, 0.0)
 
     def serving_inputs(self):
-        import tensorflow as tf
-
-        names = ["text", "text_pair"] if self.data.text_pair else ["text"]
-        return {name: tf.TensorSpec([None], tf.string, name=name) for name in names}
+        return string_inputs("text", "text_pair") if self.data.text_pair else string_inputs("text")
 
     def serve(self, model, inputs):
         texts = [inputs[name] for name in sorted(inputs)]  # text (, text_pair)

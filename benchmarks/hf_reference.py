@@ -1,8 +1,9 @@
-"""The Hugging Face transformers + PyTorch (CPU) reference for the NER and QA benchmarks.
+"""The Hugging Face transformers + PyTorch (CPU) reference for the NER, QA and speed benchmarks.
 
 Runs in its own virtual environment with torch and transformers; it never imports bertkit or
 TensorFlow. `benchmarks/conll_ner.py` and `benchmarks/squad_qa.py` call it as a subprocess
-with their data subsets and settings, then score its predictions with bertkit's scorers.
+with their data subsets and settings, then score its predictions with bertkit's scorers;
+`benchmarks/throughput.py` calls its `throughput` command.
 
 It follows the transformers examples `run_ner_no_trainer.py` and `run_qa_no_trainer.py`:
 a plain PyTorch loop (the `Trainer` needs `accelerate`, which the venv does not have) with
@@ -23,7 +24,17 @@ epsilon is 1e-6, bertkit's value (HF's default is 1e-8), so the optimizers are t
          logits per window, spans inside the context up to `--max-answer-length` tokens, best
          start + end logit over all windows). Writes `{id: answer_text}`.
 
-The result JSON holds the predictions, `train_seconds` (the training loop only: batches,
+    throughput: `benchmarks/throughput.py`'s reference. One epoch over the first `--rows`
+         rows of one task (`--task classification`: an SST-2 TSV with `sentence` and `label`
+         columns, `BertForSequenceClassification`; `tagging`: as ner; `qa`: as qa), then two
+         inference passes over the same rows (`model.eval()`, `torch.no_grad()`, dynamic
+         padding, batches of `--eval-batch-size` in data order), the second one timed.
+         Writes per-step records `{rows, width, tokens, tokens_squared, seconds}` (width:
+         the padded length computed; tokens: real tokens; seconds: the step's wall time,
+         collation included) and, with `--matmul-size`, torch's float32 matmul GFLOP/s;
+         `--threads` sets `torch.set_num_threads`.
+
+The ner and qa result JSON holds the predictions, `train_seconds` (the training loop only: batches,
 forward, backward, optimizer steps), `train_rows` (feature rows per epoch),
 `sequences_trained` (rows x epochs), token counts and `torch_threads`
 (`torch.get_num_threads()`).
@@ -35,6 +46,7 @@ forward, backward, optimizer steps), `train_rows` (feature rows per epoch),
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import random
 import re
@@ -77,6 +89,13 @@ def read_squad(path) -> list[dict]:
                          "answer_start": [a["answer_start"] for a in qa["answers"]]}}
             for article in data for paragraph in article["paragraphs"]
             for qa in paragraph["qas"]]
+
+
+def read_sentences(path) -> list[tuple[str, int]]:
+    """(sentence, label) per row of a GLUE-style TSV with `sentence` and `label` columns."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        rows = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        return [(row["sentence"], int(row["label"])) for row in rows]
 
 
 # ---- NER features (run_ner's tokenize_and_align_labels)
@@ -194,22 +213,14 @@ def train(model, rows, collator, args) -> dict:
     loader = torch.utils.data.DataLoader(rows, batch_size=args.batch_size, shuffle=True,
                                          collate_fn=collator, generator=generator)
     total_steps = args.epochs * len(loader)
-    optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay),
-                                  lr=args.learning_rate, eps=1e-6)
-    schedule = transformers.get_linear_schedule_with_warmup(
-        optimizer, int(args.warmup_ratio * total_steps), total_steps)
+    optimizer, schedule = make_optimizer(model, args, total_steps)
     model.train()
     padded_tokens = 0
     started = time.perf_counter()
     for epoch in range(args.epochs):
         for step, batch in enumerate(loader):
             padded_tokens += batch["input_ids"].numel()
-            loss = model(**batch).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
+            loss = train_step(model, batch, optimizer, schedule, args.max_grad_norm)
             if step % 50 == 0:
                 print(f"epoch {epoch + 1} step {step}/{len(loader)} loss {loss.item():.4f} "
                       f"{time.perf_counter() - started:.0f}s", flush=True)
@@ -218,6 +229,26 @@ def train(model, rows, collator, args) -> dict:
             "sequences_trained": len(rows) * args.epochs, "steps": total_steps,
             "tokens_trained": sum(len(r["input_ids"]) for r in rows) * args.epochs,
             "padded_tokens_trained": padded_tokens}
+
+
+def make_optimizer(model, args, total_steps: int):
+    """AdamW (bertkit's epsilon) and the linear warmup-then-decay schedule."""
+    optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay),
+                                  lr=args.learning_rate, eps=1e-6)
+    schedule = transformers.get_linear_schedule_with_warmup(
+        optimizer, int(args.warmup_ratio * total_steps), total_steps)
+    return optimizer, schedule
+
+
+def train_step(model, batch, optimizer, schedule, max_grad_norm: float):
+    """One optimizer step: forward, backward, clipping, AdamW, schedule; returns the loss."""
+    loss = model(**batch).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    optimizer.step()
+    schedule.step()
+    optimizer.zero_grad()
+    return loss
 
 
 def parameter_groups(model, weight_decay: float) -> list[dict]:
@@ -282,6 +313,98 @@ def run_qa(args, tokenizer) -> dict:
     return result
 
 
+# ---- throughput (benchmarks/throughput.py)
+_TARGETS = ("labels", "start_positions", "end_positions")
+
+
+def throughput_rows(args, tokenizer) -> tuple:
+    """The task's model, data collator and its first `--rows` training rows."""
+    if args.task == "classification":
+        sentences = read_sentences(args.train)
+        model = transformers.BertForSequenceClassification.from_pretrained(  # labels 0..k-1;
+            args.model, num_labels=max(2, 1 + max(label for _, label in sentences)))  # >= 2
+        encoded = tokenizer([text for text, _ in sentences], truncation=True,
+                            max_length=args.max_length)
+        rows = [{key: encoded[key][i] for key in encoded.keys()} | {"labels": label}
+                for i, (_, label) in enumerate(sentences)]
+        return model, transformers.DataCollatorWithPadding(tokenizer), rows[:args.rows]
+    if args.task == "tagging":
+        sentences = read_conll(args.train)
+        labels = sorted({tag for _, tags in sentences for tag in tags})
+        model = transformers.BertForTokenClassification.from_pretrained(
+            args.model, num_labels=len(labels))
+        rows, _ = ner_features(tokenizer, sentences, {label: i for i, label in enumerate(labels)},
+                               args.max_length)
+        return model, transformers.DataCollatorForTokenClassification(tokenizer), rows[:args.rows]
+    model = transformers.BertForQuestionAnswering.from_pretrained(args.model)
+    rows = qa_train_features(tokenizer, read_squad(args.train), args.max_length, args.stride)
+    return model, transformers.DataCollatorWithPadding(tokenizer), rows[:args.rows]
+
+
+def step_record(batch, seconds: float) -> dict:
+    """A step's padded shape and real tokens (as benchmarks/throughput.py records them)."""
+    lengths = batch["attention_mask"].sum(dim=1).long()
+    return {"rows": int(lengths.numel()), "width": int(batch["input_ids"].shape[1]),
+            "tokens": int(lengths.sum()), "tokens_squared": int((lengths ** 2).sum()),
+            "seconds": seconds}
+
+
+def timed_train(model, rows, collator, args) -> list[dict]:
+    """One epoch over `rows`, shuffled; a record per step (its seconds include collation)."""
+    generator = torch.Generator().manual_seed(args.seed)
+    loader = torch.utils.data.DataLoader(rows, batch_size=args.batch_size, shuffle=True,
+                                         collate_fn=collator, generator=generator)
+    optimizer, schedule = make_optimizer(model, args, len(loader))
+    model.train()
+    records, last = [], time.perf_counter()
+    for batch in loader:
+        train_step(model, batch, optimizer, schedule, args.max_grad_norm)
+        now = time.perf_counter()
+        records.append(step_record(batch, now - last))
+        last = now
+    return records
+
+
+@torch.no_grad()
+def timed_inference(model, rows, collator, batch_size: int) -> list[dict]:
+    """A forward pass over `rows` in data order; a record per batch."""
+    model.eval()
+    rows = [{key: value for key, value in row.items() if key not in _TARGETS} for row in rows]
+    records, last = [], time.perf_counter()
+    for first in range(0, len(rows), batch_size):
+        batch = collator(rows[first:first + batch_size])
+        model(**batch)
+        now = time.perf_counter()
+        records.append(step_record(batch, now - last))
+        last = now
+    return records
+
+
+def matmul_gflops(size: int, repeats: int = 3) -> float:
+    """float32 `size` x `size` matmul GFLOP/s in torch, best of `repeats` after a warm-up."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    best = float("inf")
+    for attempt in range(repeats + 1):
+        started = time.perf_counter()
+        torch.mm(a, b)
+        if attempt:  # the first one warms up
+            best = min(best, time.perf_counter() - started)
+    return 2 * size ** 3 / best / 1e9
+
+
+def run_throughput(args, tokenizer) -> dict:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = {"matmul_gflops": matmul_gflops(args.matmul_size) if args.matmul_size else None}
+    model, collator, rows = throughput_rows(args, tokenizer)
+    result["train_records"] = timed_train(model, rows, collator, args)
+    timed_inference(model, rows, collator, args.eval_batch_size)  # warm-up pass
+    result["inference_records"] = timed_inference(model, rows, collator, args.eval_batch_size)
+    result["inference_seconds"] = sum(r["seconds"] for r in result["inference_records"])
+    result["train_rows"] = len(rows)
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -293,12 +416,21 @@ def main():
     qa.add_argument("--stride", type=int, default=128, help="overlap between windows (tokens)")
     qa.add_argument("--n-best", type=int, default=20)
     qa.add_argument("--max-answer-length", type=int, default=30)
+    throughput = commands.add_parser("throughput", help="steady-state steps/s, one task")
+    throughput.add_argument("--task", choices=["classification", "tagging", "qa"],
+                            required=True)
+    throughput.add_argument("--rows", type=int, required=True, help="first N training rows")
+    throughput.add_argument("--eval-batch-size", type=int, required=True)
+    throughput.add_argument("--stride", type=int, default=128, help="qa: overlap (tokens)")
+    throughput.add_argument("--matmul-size", type=int, default=0, help="0: no matmul timing")
+    throughput.add_argument("--threads", type=int, default=0, help="0: torch's default")
     for command in (ner, qa):
+        command.add_argument("--epochs", type=int, required=True)
+    for command in (ner, qa, throughput):
         command.add_argument("--model", required=True, help="a Hugging Face BERT folder")
         command.add_argument("--train", required=True)
         command.add_argument("--out", required=True)
         command.add_argument("--max-length", type=int, required=True)
-        command.add_argument("--epochs", type=int, required=True)
         command.add_argument("--batch-size", type=int, required=True)
         command.add_argument("--learning-rate", type=float, required=True)
         command.add_argument("--warmup-ratio", type=float, default=0.1)
@@ -312,15 +444,18 @@ def main():
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)  # the head's initialization and dropout
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
-    result = run_ner(args, tokenizer) if args.command == "ner" else run_qa(args, tokenizer)
+    run = {"ner": run_ner, "qa": run_qa, "throughput": run_throughput}[args.command]
+    result = run(args, tokenizer)
     result.update(torch_threads=torch.get_num_threads(), torch=torch.__version__,
-                  transformers=transformers.__version__,
-                  train_sequences_per_second=result["sequences_trained"]
-                  / max(result["train_seconds"], 1e-9))
+                  transformers=transformers.__version__)
+    if args.command != "throughput":
+        result["train_sequences_per_second"] = (result["sequences_trained"]
+                                                / max(result["train_seconds"], 1e-9))
+        print(f"trained {result['sequences_trained']} sequences in "
+              f"{result['train_seconds']:.1f}s ({result['train_sequences_per_second']:.1f}/s, "
+              f"{result['torch_threads']} threads)")
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump(result, handle)
-    print(f"trained {result['sequences_trained']} sequences in {result['train_seconds']:.1f}s "
-          f"({result['train_sequences_per_second']:.1f}/s, {result['torch_threads']} threads)")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import pytest
 
 import bertkit
 from bertkit.errors import UserError
-from bertkit.optimization import make_optimizer
+from bertkit.optimization import BertAdamW, make_optimizer
 from bertkit.recipe import TrainingConfig
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
 
@@ -59,3 +59,38 @@ def test_schedule_warms_up_then_decays_to_zero():
         optimizer, "learning_rate_schedule") else float(optimizer._learning_rate(step))
              for step in (0, 5, 10, 20)]
     np.testing.assert_allclose(rates, [0.0, 1.0, 2 / 3, 0.0], atol=1e-6)
+
+
+def torch_adamw(weight, gradients, learning_rate, weight_decay, epsilon, beta_1=0.9,
+                beta_2=0.999):
+    """PyTorch's AdamW update rule in NumPy (decoupled decay, epsilon after bias correction)."""
+    m, v = np.zeros_like(weight), np.zeros_like(weight)
+    for step, gradient in enumerate(gradients, start=1):
+        weight = weight * (1 - learning_rate * weight_decay)
+        m = beta_1 * m + (1 - beta_1) * gradient
+        v = beta_2 * v + (1 - beta_2) * gradient ** 2
+        m_hat, v_hat = m / (1 - beta_1 ** step), v / (1 - beta_2 ** step)
+        weight = weight - learning_rate * m_hat / (np.sqrt(v_hat) + epsilon)
+    return weight
+
+
+def test_adamw_follows_pytorch_epsilon_placement():
+    rng = np.random.default_rng(0)
+    start = rng.standard_normal(64).astype(np.float32)
+    # Gradients near epsilon are where Keras's stock placement differs most.
+    gradients = [(rng.standard_normal(64) * 10.0 ** rng.integers(-7, 0, 64)).astype(np.float32)
+                 for _ in range(5)]
+    settings = {"learning_rate": 1e-3, "weight_decay": 0.01, "epsilon": 1e-6}
+    expected = torch_adamw(start.astype(np.float64), gradients, **settings)
+
+    def trained(optimizer_class):
+        weight = keras.Variable(start)
+        optimizer = optimizer_class(**settings)
+        for gradient in gradients:
+            optimizer.apply([keras.ops.convert_to_tensor(gradient)], [weight])
+        return weight.numpy()
+
+    np.testing.assert_allclose(trained(BertAdamW), expected, rtol=0, atol=1e-6)  # float32 rounding
+    stock_error = np.abs(trained(keras.optimizers.AdamW) - expected).max()
+    assert stock_error > 1e-4  # the placement this class exists to change
+    assert isinstance(make_optimizer(TrainingConfig(epochs=1), 10), BertAdamW)

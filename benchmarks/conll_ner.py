@@ -20,7 +20,7 @@ inside Keras `fit` for bertkit (the per-epoch `train_seconds` of metrics.json: e
 excluded, first-step tracing and the input pipeline included) and inside the PyTorch loop
 for the reference (collation included; eager, no tracing). Batching differs as each
 library does it by default: bertkit pads each batch to a bucket length (16, 32, 64, 128)
-over length-sorted pools of rows, HF pads each randomly drawn batch to its longest row;
+over rows drawn at random within each bucket, HF pads each randomly drawn batch to its longest row;
 the padded tokens per sequence are shown. Wall seconds: the whole `finetune` call for
 bertkit (load, tokenize, train, dev evaluation per epoch, final dev and test evaluation,
 SavedModel export); the whole subprocess for the reference (interpreter and torch import,
@@ -112,8 +112,8 @@ def count_training_rows(recipe: dict, workdir: Path) -> dict:
     buckets = bucket_lengths(sequence_length)
     padded = sum(padded_length(int(lengths[rows].max()), buckets) * len(rows)
                  for epoch in range(training["epochs"])
-                 for rows in epoch_batches(lengths, training["batch_size"], training["seed"],
-                                           epoch))
+                 for rows in epoch_batches(lengths, training["batch_size"], buckets,
+                                           training["seed"], epoch))
     return {"train_rows": len(lengths), "sequences_trained": len(lengths) * training["epochs"],
             "tokens_trained": int(lengths.sum()) * training["epochs"],
             "padded_tokens_trained": int(padded)}

@@ -17,7 +17,8 @@ in conll_ner.py and squad_qa.py; same sentences and questions).
 Systems:
   bertkit    the model, optimizer and batches `bertkit.finetune` builds (`_TaskData`,
              `task.build_model`, `make_optimizer`, `TrainingBatches`: each batch padded to a
-             bucket length over length-sorted pools), trained with Keras `fit` (verbose 0).
+             bucket length, rows drawn at random within each bucket), trained with Keras `fit`
+             (verbose 0).
              `finetune` takes no callbacks, so these internals are called directly to time
              each step; its evaluation, checkpoints and export are not part of a step.
              Inference: `bertkit.inference.predict_rows` on the same features.

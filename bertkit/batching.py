@@ -3,8 +3,10 @@
 Padding every batch to `sequence_length` wastes most of the compute on real
 sentence lengths; padding each batch to its own longest row, rounded up to one
 of a few bucket lengths, keeps the number of compiled programs (XLA, JAX)
-bounded. Training batches are drawn from length-sorted pools of shuffled rows
-(length bucketing), so rows in a batch have similar lengths.
+bounded. Each training batch takes rows whose lengths pad to the same bucket
+(length bucketing), drawn at random within that bucket: the same padding as
+sorting rows by length, without batches of near-identical rows (sorted pools
+put, say, all of CoNLL's two-word bylines in one batch, and cost entity F1).
 
 The order of epoch `e` depends only on (seed, e): a resumed run sees the same
 batches as an uninterrupted one.
@@ -18,7 +20,6 @@ import numpy as np
 from bertkit.task import Features
 
 _BASE_BUCKETS = (16, 32, 64, 128, 192, 256, 320, 384, 448, 512)
-_POOL_BATCHES = 50  # batches per length-sorted pool: big enough to sort, small enough to mix
 
 
 def bucket_lengths(sequence_length: int, buckets=None) -> tuple[int, ...]:
@@ -67,22 +68,31 @@ def pad_batch(features: Features, rows: np.ndarray, buckets: tuple[int, ...]) ->
     return batch
 
 
-def epoch_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int) -> list:
-    """Row indices of each training batch of one epoch, length-bucketed and shuffled.
+def epoch_batches(lengths: np.ndarray, batch_size: int, buckets: tuple[int, ...], seed: int,
+                  epoch: int) -> list:
+    """Row indices of each training batch of one epoch: bucketed by length, shuffled.
+
+    Rows are grouped by the bucket their length pads to, shuffled within the
+    group and cut into full batches; the groups' remainders are batched
+    together, shortest first. The batch order is shuffled too. The number of
+    batches depends only on `lengths`, not on the epoch.
 
     Example:
         >>> lengths = np.array([5, 50, 6, 51])
-        >>> sorted(sorted(b.tolist()) for b in epoch_batches(lengths, 2, seed=0, epoch=0))
+        >>> sorted(sorted(b.tolist()) for b in epoch_batches(lengths, 2, (16, 64), 0, 0))
         [[0, 2], [1, 3]]
     """
     rng = np.random.default_rng([seed, epoch])
-    order = rng.permutation(len(lengths))
-    pool_size = batch_size * _POOL_BATCHES
-    batches = []
-    for start in range(0, len(order), pool_size):
-        pool = order[start:start + pool_size]
-        pool = pool[np.argsort(lengths[pool], kind="stable")]
-        batches += [pool[i:i + batch_size] for i in range(0, len(pool), batch_size)]
+    bucket_of_row = np.searchsorted(buckets, lengths)
+    batches, remainders = [], []
+    for bucket in np.unique(bucket_of_row):
+        rows = rng.permutation(np.flatnonzero(bucket_of_row == bucket))
+        full = len(rows) - len(rows) % batch_size
+        batches += [rows[i:i + batch_size] for i in range(0, full, batch_size)]
+        remainders.append(rows[full:])
+    rest = np.concatenate(remainders)
+    rest = rest[np.argsort(lengths[rest], kind="stable")]
+    batches += [rest[i:i + batch_size] for i in range(0, len(rest), batch_size)]
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
@@ -104,9 +114,10 @@ class TrainingBatches:
         self.buckets, self.seed = tuple(buckets), seed
         self.lengths = features.lengths()
         self.epoch = 0
+        self._steps = len(epoch_batches(self.lengths, batch_size, self.buckets, seed, 0))
 
     def __len__(self) -> int:
-        return -(-len(self.lengths) // self.batch_size)
+        return self._steps
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -117,7 +128,8 @@ class TrainingBatches:
     def batch(self, step: int):
         """Batch `step` of the current epoch, as Keras `fit` takes it."""
         if getattr(self, "_plan_epoch", None) != self.epoch:
-            self._plan = epoch_batches(self.lengths, self.batch_size, self.seed, self.epoch)
+            self._plan = epoch_batches(self.lengths, self.batch_size, self.buckets, self.seed,
+                                       self.epoch)
             self._plan_epoch = self.epoch
         rng = np.random.default_rng([self.seed, self.epoch, step, 1])
         batch = pad_batch(self.features, self._plan[step], self.buckets)

@@ -1,0 +1,74 @@
+"""Training batch plans: every row once, one bucket per batch, random within a bucket."""
+
+import numpy as np
+import pytest
+
+from bertkit.batching import TrainingBatches, bucket_lengths, epoch_batches, padded_length
+from bertkit.task import Features
+
+BUCKETS = bucket_lengths(128)  # (16, 32, 64, 128)
+
+
+def corpus_lengths(rows=1000, seed=0):
+    """Lengths like real sentences: many short rows, a long tail up to 128."""
+    rng = np.random.default_rng(seed)
+    return np.clip(rng.lognormal(3.0, 0.7, rows).astype(int), 3, 128)
+
+
+@pytest.mark.parametrize("batch_size", [1, 7, 32])
+def test_every_row_once_per_epoch(batch_size):
+    lengths = corpus_lengths()
+    for epoch in range(3):
+        plan = epoch_batches(lengths, batch_size, BUCKETS, seed=1, epoch=epoch)
+        rows = np.concatenate(plan)
+        assert sorted(rows.tolist()) == list(range(len(lengths)))
+        assert all(0 < len(batch) <= batch_size for batch in plan)
+
+
+def test_full_batches_hold_one_bucket_and_padding_is_minimal():
+    lengths = corpus_lengths()
+    plan = epoch_batches(lengths, 32, BUCKETS, seed=1, epoch=0)
+    own_bucket = np.searchsorted(BUCKETS, lengths)
+    mixed = [batch for batch in plan if len(set(own_bucket[batch])) > 1]
+    # Only the batches of the buckets' remainders may mix buckets: at most one per bucket.
+    assert len(mixed) <= len(BUCKETS)
+    padded = sum(padded_length(int(lengths[b].max()), BUCKETS) * len(b) for b in plan)
+    each_row_own_bucket = sum(np.array(BUCKETS)[own_bucket])
+    assert padded <= each_row_own_bucket + 32 * len(mixed) * max(BUCKETS)
+    assert padded < 128 * len(lengths) * 0.5  # far below padding to sequence_length
+
+
+def test_rows_are_drawn_at_random_within_a_bucket():
+    lengths = np.arange(17, 33).repeat(20)  # 320 rows, all in bucket 32, lengths 17..32
+    plan = epoch_batches(lengths, 32, BUCKETS, seed=3, epoch=0)
+    spreads = [np.ptp(lengths[batch]) for batch in plan]
+    # Sorted pools would give batches spanning 1-2 lengths; random draws span nearly all 16.
+    assert np.mean(spreads) > 12
+
+
+def test_order_depends_on_seed_and_epoch_only():
+    lengths = corpus_lengths()
+    first = epoch_batches(lengths, 16, BUCKETS, seed=5, epoch=2)
+    again = epoch_batches(lengths, 16, BUCKETS, seed=5, epoch=2)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
+    other_epoch = epoch_batches(lengths, 16, BUCKETS, seed=5, epoch=3)
+    assert not all(np.array_equal(a, b) for a, b in zip(first, other_epoch, strict=True))
+
+
+def test_training_batches_length_matches_every_epoch_plan():
+    lengths = corpus_lengths(rows=333)
+    features = Features(columns={"token_ids": [np.ones(n, np.int32) for n in lengths],
+                                 "segment_ids": [np.zeros(n, np.int32) for n in lengths]},
+                        example_index=np.arange(len(lengths)))
+
+    class Passthrough:
+        def make_batch(self, batch, training, rng):
+            return batch, None, None
+
+    batches = TrainingBatches(Passthrough(), features, 32, BUCKETS, seed=0)
+    for epoch in range(3):
+        batches.set_epoch(epoch)
+        plan = epoch_batches(lengths, 32, BUCKETS, 0, epoch)
+        assert len(batches) == len(plan)
+        widths = [batch["token_ids"].shape[1] for batch, _ in batches]
+        assert widths == [padded_length(int(lengths[rows].max()), BUCKETS) for rows in plan]

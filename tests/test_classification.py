@@ -79,7 +79,8 @@ def test_cli_predict_evaluate_and_no_overwrite(run):
                                text=True, check=True)
     assert evaluated.stdout.startswith("accuracy: ")
     saved = json.loads((tmp_path / "run" / "evaluation" / "metrics.json").read_text())
-    assert saved["metrics"]["accuracy"] == float(evaluated.stdout.split()[1])
+    printed = evaluated.stdout.split()[1]
+    assert f"{saved['metrics']['accuracy']:.4f}" == printed
     exported = subprocess.run(cli + ["export", str(tmp_path / "run"), "--out",
                                      str(tmp_path / "exported")], capture_output=True, text=True)
     assert exported.returncode == 0, exported.stderr

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import reprlib
+from pathlib import Path
 
 import numpy as np
 
@@ -293,3 +294,28 @@ def truncate_pair(segment_a, segment_b, max_tokens: int, rng: np.random.Generato
 def _trimmed(segment, count: int, rng):
     from_front = int(rng.binomial(count, 0.5)) if count else 0
     return segment[from_front : len(segment) - (count - from_front)]
+
+
+def pack_instance(instance, cls_id: int, sep_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """`[CLS] A [SEP] B [SEP]` (`[CLS] A [SEP]` without B): int32 token and segment ids.
+
+    Example:
+        >>> [a.tolist() for a in pack_instance(Instance([7, 8], [9], True), 2, 3)]
+        [[2, 7, 8, 3, 9, 3], [0, 0, 0, 0, 1, 1]]
+    """
+    second = [*instance.segment_b, sep_id] if instance.segment_b else []
+    token_ids = [cls_id, *instance.segment_a, sep_id, *second]
+    return (np.array(token_ids, np.int32),
+            np.array([0] * (len(token_ids) - len(second)) + [1] * len(second), np.int32))
+
+
+def corpus_format(path, format: str) -> str:
+    """The corpus format of a file: `format` unless "auto", then by the file name.
+
+    Example:
+        >>> corpus_format("wiki.jsonl", "auto"), corpus_format("wiki.txt", "auto")
+        ('jsonl', 'text')
+    """
+    if format != "auto":
+        return format
+    return "jsonl" if Path(path).suffix.lower() in (".jsonl", ".json", ".ndjson") else "text"

@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.fill_mask import encode_queries, mask_positions
 from bertkit.masking import (
     default_max_predictions,
     is_continuation_piece,
@@ -25,7 +26,8 @@ from bertkit.masking import (
     top_predictions,
     word_start_mask,
 )
-from bertkit.pretraining_corpus import create_instances, read_corpus
+from bertkit.pretraining_corpus import corpus_format, create_instances, pack_instance, read_corpus
+from bertkit.pretraining_heads import masked_accuracy, pretraining_head_weights
 from bertkit.task import DataFiles, Features, Task, string_inputs
 from bertkit.tokenizer import split_rows, tokenize_in_chunks
 
@@ -173,8 +175,9 @@ class MaskedLMTask(Task):
     def _featurize_queries(self, queries):
         import tensorflow as tf
 
-        token_ids, segment_ids = self._encode_queries(tf.constant([q.text for q in queries]))
-        positions = self._mask_positions(token_ids)  # (batch, (masks))
+        token_ids, segment_ids = encode_queries(self.tokenizer, tf.constant(
+            [q.text for q in queries]), self.sequence_length)
+        positions = mask_positions(token_ids, self.tokenizer.mask_id)  # (batch, (masks))
         width = max(1, int(tf.reduce_max(positions.row_lengths())))  # the model needs a slot
         return Features({"token_ids": split_rows(token_ids), "segment_ids": split_rows(segment_ids),
                          "mask_positions": positions.to_tensor(shape=[None, width]).numpy(),
@@ -292,46 +295,16 @@ class MaskedLMTask(Task):
                                 Path(run_dir.path) / "backbone")
         print(f"adapted backbone: {directory} (use it as backbone.preset)")
 
-    # ---- export (and the query tokenization predict shares with it)
-    def _encode_queries(self, texts):
-        """(batch,) strings -> packed ragged token and segment ids, [MASK] and [SEP] honoured."""
-        import tensorflow as tf
-
-        halves = tf.strings.split(texts, sep="[SEP]", maxsplit=1).to_tensor("", shape=[None, 2])
-        first, second = (self._tokenize_masked(halves[:, i]) for i in (0, 1))
-        # One packing for all rows, so a single text is cut one token earlier than need be.
-        token_ids, segment_ids = self.tokenizer.pack([first, second], self.sequence_length)
-        # Without a pair this is [CLS] A [SEP] [SEP]: drop the empty second segment's [SEP].
-        keep = token_ids.row_lengths() - tf.cast(second.row_lengths() == 0, tf.int64)
-        kept = tf.ragged.range(token_ids.row_lengths()) < tf.expand_dims(keep, 1)
-        return tf.ragged.boolean_mask(token_ids, kept), tf.ragged.boolean_mask(segment_ids, kept)
-
-    def _tokenize_masked(self, texts):
-        """(batch,) strings -> (batch, (pieces)) ids, each literal "[MASK]" one mask id."""
-        import tensorflow as tf
-
-        parts = tf.strings.split(texts, sep="[MASK]")  # (batch, (masks + 1))
-        pieces = self.tokenizer.tokenize(parts.flat_values)  # (parts, (pieces))
-        mask = tf.fill([pieces.nrows(), 1], self.tokenizer.mask_id)
-        with_mask = tf.concat([pieces, tf.RaggedTensor.from_tensor(mask)], axis=1)
-        joined = tf.RaggedTensor.from_row_splits(with_mask, parts.row_splits).merge_dims(1, 2)
-        return joined[:, :-1]  # no [MASK] after the last part
-
-    def _mask_positions(self, token_ids):
-        """(batch, (pieces)) ids -> (batch, (masks)) int32 positions of their [MASK] pieces."""
-        import tensorflow as tf
-
-        positions = tf.ragged.range(tf.cast(token_ids.row_lengths(), tf.int32))
-        return tf.ragged.boolean_mask(positions, tf.equal(token_ids, self.tokenizer.mask_id))
-
+    # ---- export
     def serving_inputs(self):
         return string_inputs("text")
 
     def serve(self, model, inputs):
         import tensorflow as tf
 
-        token_ids, segment_ids = self._encode_queries(inputs["text"])
-        positions = self._mask_positions(token_ids)  # (batch, (masks))
+        token_ids, segment_ids = encode_queries(self.tokenizer, inputs["text"],
+                                                self.sequence_length)
+        positions = mask_positions(token_ids, self.tokenizer.mask_id)  # (batch, (masks))
         outputs = model({"token_ids": token_ids.to_tensor(), "segment_ids": segment_ids.to_tensor(),
                          "padding_mask": tf.ones_like(token_ids).to_tensor(),
                          "mask_positions": positions.to_tensor()}, training=False)
@@ -341,82 +314,3 @@ class MaskedLMTask(Task):
         tokens = tf.gather(tf.constant(self.tokenizer.vocabulary), ids)
         return {"tokens": tf.where(used, tokens, ""), "scores": tf.where(used, scores, 0.0),
                 "num_masks": tf.cast(positions.row_lengths(), tf.int32)}
-
-
-def pack_instance(instance, cls_id: int, sep_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """`[CLS] A [SEP] B [SEP]` (`[CLS] A [SEP]` without B): int32 token and segment ids.
-
-    Example:
-        >>> from bertkit.pretraining_corpus import Instance
-        >>> [a.tolist() for a in pack_instance(Instance([7, 8], [9], True), 2, 3)]
-        [[2, 7, 8, 3, 9, 3], [0, 0, 0, 0, 1, 1]]
-    """
-    second = [*instance.segment_b, sep_id] if instance.segment_b else []
-    token_ids = [cls_id, *instance.segment_a, sep_id, *second]
-    return (np.array(token_ids, np.int32),
-            np.array([0] * (len(token_ids) - len(second)) + [1] * len(second), np.int32))
-
-
-def corpus_format(path, format: str) -> str:
-    """The corpus format of a file: `format` unless "auto", then by the file name.
-
-    Example:
-        >>> corpus_format("wiki.jsonl", "auto"), corpus_format("wiki.txt", "auto")
-        ('jsonl', 'text')
-    """
-    if format != "auto":
-        return format
-    return "jsonl" if Path(path).suffix.lower() in (".jsonl", ".json", ".ndjson") else "text"
-
-
-_HEAD_TENSORS = {  # Keras weight path -> Hugging Face BertForPreTraining tensor name
-    "mlm_head/intermediate_dense/kernel": "cls.predictions.transform.dense.weight",
-    "mlm_head/intermediate_dense/bias": "cls.predictions.transform.dense.bias",
-    "mlm_head/intermediate_layer_norm/gamma": "cls.predictions.transform.LayerNorm.weight",
-    "mlm_head/intermediate_layer_norm/beta": "cls.predictions.transform.LayerNorm.bias",
-    "mlm_head/output_bias": "cls.predictions.bias",
-    "nsp_head/kernel": "cls.seq_relationship.weight",
-    "nsp_head/bias": "cls.seq_relationship.bias",
-}
-
-
-def pretraining_head_weights(tensors: dict) -> dict[str, np.ndarray]:
-    """Keras weights, by path, of the pretraining heads a Hugging Face checkpoint holds whole.
-
-    A head missing a tensor is left out (it starts fresh). Names may carry a
-    `bert.` prefix, LayerNorms `gamma`/`beta`; kernels are transposed from
-    PyTorch's `[out, in]`.
-
-    Example:
-        >>> heads = pretraining_head_weights({"cls.seq_relationship.weight": np.ones((2, 4)),
-        ...                                   "bert.cls.seq_relationship.bias": np.zeros(2)})
-        >>> {path: value.shape for path, value in heads.items()}
-        {'nsp_head/kernel': (4, 2), 'nsp_head/bias': (2,)}
-    """
-    renamed = {name.removeprefix("bert.").replace("LayerNorm.gamma", "LayerNorm.weight")
-               .replace("LayerNorm.beta", "LayerNorm.bias"): value
-               for name, value in tensors.items()}
-    heads = {}
-    for head in ("mlm_head/", "nsp_head/"):
-        paths = [path for path in _HEAD_TENSORS if path.startswith(head)]
-        if all(_HEAD_TENSORS[path] in renamed for path in paths):
-            for path in paths:
-                value = np.asarray(renamed[_HEAD_TENSORS[path]], np.float32)
-                heads[path] = value.T if path.endswith("kernel") else value
-    return heads
-
-
-def masked_accuracy():
-    """A Keras metric: accuracy over the used prediction slots (target >= 0), per token."""
-    import keras
-    from keras import ops
-
-    class MaskedAccuracy(keras.metrics.Mean):
-        def update_state(self, y_true, y_pred, sample_weight=None):
-            y_true = ops.cast(y_true, "int32")
-            correct = ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true)
-            used = ops.cast(ops.greater_equal(y_true, 0), self.dtype)
-            super().update_state(ops.cast(correct, self.dtype), sample_weight=used)
-
-    return MaskedAccuracy(name="accuracy")
-

@@ -20,8 +20,8 @@ inside Keras `fit` for bertkit (the per-epoch `train_seconds` of metrics.json: e
 excluded, first-step tracing and the input pipeline included) and inside the PyTorch loop
 for the reference (collation included; eager, no tracing). Batching differs as each
 library does it by default: bertkit pads each batch to a bucket length (16, 32, 64, 128)
-over rows drawn at random within each bucket, HF pads each randomly drawn batch to its longest row;
-the padded tokens per sequence are shown. Wall seconds: the whole `finetune` call for
+over rows drawn at random within each bucket, HF pads each randomly drawn batch to its
+longest row; the padded tokens per sequence are shown. Wall seconds: the whole `finetune` call for
 bertkit (load, tokenize, train, dev evaluation per epoch, final dev and test evaluation,
 SavedModel export); the whole subprocess for the reference (interpreter and torch import,
 load, tokenize, train, predict dev and test). Counting bertkit's feature rows (a

@@ -61,6 +61,11 @@ def chunk_type_table(labels: list[str]) -> np.ndarray:
     return np.array([split_tag(label)[1] for label in labels] + [""], dtype=object)
 
 
+def chunk_tables(labels: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(starts, ends, label_types)`: the tables `decode_chunks` takes, for `labels`."""
+    return (*chunk_boundary_tables(labels), chunk_type_table(labels))
+
+
 def decode_chunks(
     tag_ids: tf.RaggedTensor, starts, ends, label_types
 ) -> dict[str, tf.RaggedTensor]:
@@ -128,3 +133,82 @@ def _neighbour_ids(tag_ids: tf.RaggedTensor, edge: tf.Tensor) -> tuple[tf.Tensor
     previous = tf.where(flat_index == row_starts, edge, previous)
     following = tf.where(flat_index == row_limits - 1, edge, following)
     return previous, following
+
+
+def word_probabilities(row_logits, read_at, num_labels: int) -> list[np.ndarray]:
+    """Per sentence, its words' label probabilities, read where each word is read.
+
+    Args:
+        row_logits: per model row, its (tokens, num_labels) logits.
+        read_at: per sentence, `(rows, positions)`: for each word, the row and
+            the token position its label is read from (its first piece, in the
+            window where it has the most context).
+        num_labels: the number of labels.
+
+    Returns:
+        Per sentence, a float64 (words, num_labels) array of softmax probabilities.
+
+    Example:
+        >>> rows = [np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 9.0]])]
+        >>> [p.round(3).tolist() for p in word_probabilities(rows, [([0, 0], [1, 2])], 2)]
+        [[[0.881, 0.119], [0.0, 1.0]]]
+    """
+    probabilities = []
+    for rows, positions in read_at:
+        logits = np.array([row_logits[r][p] for r, p in zip(rows, positions, strict=True)],
+                          dtype=np.float64).reshape(-1, num_labels)  # (words, labels)
+        exp = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probabilities.append(exp / exp.sum(axis=1, keepdims=True))
+    return probabilities
+
+
+def graph_entities(texts, byte_starts, byte_ends, word_logits, labels: list[str]) -> dict:
+    """Entities of raw texts from their words' logits, in TensorFlow ops (for SavedModels).
+
+    The same rule as Python prediction: a word's tag is its most probable
+    label, chunks come from `decode_chunks`, an entity's score is the mean
+    probability of its words' chosen tags.
+
+    Args:
+        texts: (batch,) strings.
+        byte_starts, byte_ends: (batch, (words)) byte offsets of the words.
+        word_logits: (words in batch, num_labels) logits, words in order.
+        labels: the tag of each label id.
+
+    Returns:
+        `entity_text`, `entity_type`, `entity_start`, `entity_end` (characters,
+        end exclusive) and `entity_score`, each (batch, most entities) padded
+        with "", "", -1, -1 and 0, and `entity_count` (batch,).
+
+    Example:
+        >>> texts = tf.constant(["Ann met Bob"])
+        >>> starts, ends = tf.ragged.constant([[0, 4, 8]]), tf.ragged.constant([[3, 7, 11]])
+        >>> logits = tf.constant([[0.0, 5.0], [5.0, 0.0], [0.0, 5.0]])  # B-PER, O, B-PER
+        >>> found = graph_entities(texts, starts, ends, logits, ["O", "B-PER"])
+        >>> found["entity_text"].numpy().tolist(), found["entity_start"].numpy().tolist()
+        ([[b'Ann', b'Bob']], [[0, 8]])
+    """
+    from bertkit.tokenizer import batch_substrings
+
+    probabilities = tf.nn.softmax(tf.cast(word_logits, tf.float32))  # (words, num_labels)
+    tag_ids = byte_starts.with_values(tf.argmax(probabilities, -1, output_type=tf.int32))
+    chunks = decode_chunks(tag_ids, *chunk_tables(labels))  # each (batch, (entities))
+    # flat word index of each entity's first and last word
+    base = tf.gather(tag_ids.row_starts(), chunks["start_word"].value_rowids())
+    first = base + tf.cast(chunks["start_word"].values, tf.int64)
+    last = base + tf.cast(chunks["end_word"].values, tf.int64) - 1
+    chosen = tf.reduce_max(probabilities, axis=-1)
+    scores = tf.reduce_mean(tf.gather(chosen, tf.ragged.range(first, last + 1)), axis=1)
+    entity_texts, start, end = batch_substrings(  # characters
+        tf.gather(texts, chunks["start_word"].value_rowids()),
+        tf.gather(byte_starts.values, first), tf.gather(byte_ends.values, last))
+
+    def dense(values, default):  # (entities in batch,) -> (batch, most entities)
+        return chunks["types"].with_values(values).to_tensor(default)
+
+    return {"entity_text": dense(entity_texts, ""),
+            "entity_type": chunks["types"].to_tensor(""),
+            "entity_start": dense(tf.cast(start, tf.int32), -1),
+            "entity_end": dense(tf.cast(end, tf.int32), -1),
+            "entity_score": dense(scores, 0.0),
+            "entity_count": tf.cast(chunks["types"].row_lengths(), tf.int32)}

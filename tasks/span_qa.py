@@ -26,7 +26,6 @@ import numpy as np
 from bertkit.errors import UserError
 from bertkit.squad import QAExample, read_squad
 from bertkit.task import Features, Task, string_inputs
-from bertkit.windows import sliding_windows
 
 _field = dataclasses.field
 _MASKED_LOGIT = -1e9  # added to padding logits: out of every softmax
@@ -104,6 +103,7 @@ class SpanQATask(Task):
 
     def featurize(self, examples, training):
         """One row per window; targets are the answer's tokens in it, else [CLS] (0)."""
+        from bertkit.qa_windows import question_window_rows
         from bertkit.span_decoding import answer_tokens
         from bertkit.tokenizer import character_offsets, tokenize_in_chunks
 
@@ -116,8 +116,11 @@ class SpanQATask(Task):
         rows, example_index = [], []
         for index, (example, (question,)) in enumerate(zip(examples, questions, strict=True)):
             context = contexts[example.context]
-            example_rows = self._window_rows(question[:self.options.max_query_length], context,
-                                             answer_tokens(example, *context[1:]), training)
+            example_rows = question_window_rows(
+                question[:self.options.max_query_length], context,
+                answer_tokens(example, *context[1:]), cls_id=self.tokenizer.cls_id,
+                sep_id=self.tokenizer.sep_id, sequence_length=self.sequence_length,
+                doc_stride=self.options.doc_stride, training=training)
             rows += example_rows
             example_index += [index] * len(example_rows)
         columns = {name: [row[name] for row in rows] for name in ("token_ids", "segment_ids")}
@@ -125,34 +128,6 @@ class SpanQATask(Task):
             columns[name] = np.array([row[name] for row in rows], dtype=np.int32)
         extras = {} if training else {name: [row[name] for row in rows] for name in _DECODING}
         return Features(columns, np.array(example_index, dtype=np.int64), extras=extras)
-
-    def _window_rows(self, question, context, answer, training) -> list[dict]:
-        """`[CLS] question [SEP] window [SEP]` rows of one example, with decoding extras."""
-        from bertkit.span_decoding import span_candidates
-
-        pieces, char_starts, char_ends = context
-        offset = len(question) + 2  # [CLS] question [SEP]
-        windows = sliding_windows(len(pieces), self.sequence_length - offset - 1,
-                                  self.options.doc_stride)
-        if not training:
-            starts_ok, ends_ok = span_candidates(windows, offset, self.sequence_length)
-        rows = []
-        for index, (first, last) in enumerate(windows):
-            ids = np.concatenate([[self.tokenizer.cls_id], question, [self.tokenizer.sep_id],
-                                  pieces[first:last], [self.tokenizer.sep_id]]).astype(np.int32)
-            inside = answer is not None and first <= answer[0] and answer[1] < last
-            row = {"token_ids": ids,
-                   "segment_ids": (np.arange(len(ids)) >= offset).astype(np.int32),
-                   "start_positions": offset + answer[0] - first if inside else 0,
-                   "end_positions": offset + answer[1] - first if inside else 0}
-            if not training:  # per position: character offsets (-1 outside the context), masks
-                for name, values in (("char_starts", char_starts), ("char_ends", char_ends)):
-                    row[name] = np.full(len(ids), -1, dtype=np.int64)
-                    row[name][offset:offset + last - first] = values[first:last]
-                row["starts_ok"] = np.array(starts_ok[index][:len(ids)])
-                row["ends_ok"] = np.array(ends_ok[index][:len(ids)])
-            rows.append(row)
-        return rows
 
     def _check_room(self) -> None:
         if self.sequence_length - self.options.max_query_length - 3 < 1:
@@ -291,37 +266,28 @@ class SpanQATask(Task):
         """featurize + model + decode in TensorFlow ops, windows included."""
         import tensorflow as tf
 
+        from bertkit.qa_windows import graph_answer_text, graph_question_windows
         from bertkit.span_decoding import batch_span_candidates, decode_answer_spans
-        from bertkit.tokenizer import batch_substrings
-        from bertkit.windows import batch_sliding_windows
 
         self._check_room()
         contexts = inputs["context"]
         questions = self.tokenizer.tokenize(inputs["question"])[:, :self.options.max_query_length]
         pieces, byte_starts, byte_ends = self.tokenizer.tokenize_with_offsets(contexts)
-
-        # ---- windows: [CLS] question [SEP] context pieces [SEP], as in featurize
-        example_ids, starts, ends = batch_sliding_windows(  # context pieces per window
-            pieces.row_lengths(), self.sequence_length - 3 - questions.row_lengths(),
-            self.options.doc_stride)
-        first_piece = tf.gather(pieces.row_splits[:-1], example_ids)  # of the window's context
-        starts, ends = starts + first_piece, ends + first_piece  # now into pieces.flat_values
-        tokens = tf.ragged.range(starts, ends)  # (windows, (tokens))
-        window_questions = tf.gather(questions, example_ids)
-        token_ids, segment_ids = self.tokenizer.pack(
-            [window_questions, tf.gather(pieces.flat_values, tokens)], self.sequence_length)
+        windows = graph_question_windows(self.tokenizer, questions, pieces, self.sequence_length,
+                                         self.options.doc_stride)
+        token_ids, starts = windows["token_ids"], windows["starts"]
         logits = tf.cast(model({"token_ids": token_ids.to_tensor(),
-                                "segment_ids": segment_ids.to_tensor(),
+                                "segment_ids": windows["segment_ids"].to_tensor(),
                                 "padding_mask": tf.ones_like(token_ids).to_tensor()},
                                training=False), tf.float32)  # (windows, seq, 2)
 
         # ---- decoding: the rule of `decode`, with candidate masks laid out like token_ids
         start_ok, end_ok = batch_span_candidates(
-            window_questions, tokens, starts, ends,
+            windows["questions"], windows["tokens"], starts, windows["ends"],
             tf.shape(pieces.flat_values, out_type=tf.int64)[0])
         spans = decode_answer_spans(
-            logits[:, :, 0], logits[:, :, 1], tf.cast(example_ids, tf.int32), start_ok, end_ok,
-            self.options.max_answer_length, n_best_size=1)
+            logits[:, :, 0], logits[:, :, 1], tf.cast(windows["example_ids"], tf.int32),
+            start_ok, end_ok, self.options.max_answer_length, n_best_size=1)
 
         # ---- the best span's text and character offsets, cut from the context's bytes
         window = tf.maximum(spans["window_index"][:, 0], 0)  # (examples,)
@@ -329,11 +295,9 @@ class SpanQATask(Task):
         if self.options.version == "2.0":
             answered &= spans["null_score_diff"] <= self.null_score_threshold
         piece_of_position_0 = tf.gather(starts, window) - questions.row_lengths() - 2
-        byte_start, byte_end = (
-            _gather_or_zero(offsets.flat_values,
-                            piece_of_position_0 + tf.cast(spans[key][:, 0], tf.int64), answered)
-            for offsets, key in ((byte_starts, "start_index"), (byte_ends, "end_index")))
-        answer, start, end = batch_substrings(contexts, byte_start, byte_end)
+        answer, start, end = graph_answer_text(
+            contexts, byte_starts, byte_ends, piece_of_position_0, spans["start_index"][:, 0],
+            spans["end_index"][:, 0], answered)
         outputs = {"answer": answer,
                    "start": tf.where(answered, start, -1), "end": tf.where(answered, end, -1),
                    "score": tf.where(answered, spans["span_score"][:, 0], spans["null_score"])}
@@ -349,14 +313,6 @@ def span_loss(targets, logits):
     per_side = ops.sparse_categorical_crossentropy(  # (batch, 2)
         ops.cast(targets, "int32"), ops.transpose(logits, (0, 2, 1)), from_logits=True)
     return ops.mean(per_side, axis=-1)
-
-
-def _gather_or_zero(values, indices, keep):
-    """values[indices] where `keep`, else 0; safe when `values` is empty."""
-    import tensorflow as tf
-
-    padded = tf.concat([values, tf.zeros([1], values.dtype)], 0)
-    return tf.gather(padded, tf.where(keep, indices, tf.shape(values, out_type=indices.dtype)[0]))
 
 
 def _by_id(examples, predictions, key: str) -> dict:

@@ -41,10 +41,10 @@ from bertkit.errors import UserError
 from bertkit.tag_schemes import chunks_to_tags, convert_tags
 from bertkit.task import DataFiles, Features, Task, string_inputs
 from bertkit.windows import max_context_windows, word_windows
+from bertkit.word_pieces import sentence_word_pieces
 
 IGNORED = -100  # label of the pieces the loss skips
 Scheme = Literal["iob1", "iob2", "bioes"]
-_CHUNK = 2048  # sentences per eager tokenizer call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +139,8 @@ class TaggingTask(Task):
         label_ids = {label: i for i, label in enumerate(self.state.get("labels", []))}
         token_ids, labels, example_index, read_at, char_offsets = [], [], [], [], []
         for index, (example, (pieces, lengths, chars)) in enumerate(
-                zip(examples, self._word_pieces(examples), strict=True)):
+                zip(examples, sentence_word_pieces(self.tokenizer, examples, self.max_word_pieces),
+                strict=True)):
             offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # (words + 1,)
             windows = word_windows(offsets, self.window_size, self.stride)
             piece_labels = self._piece_labels(example, lengths, label_ids)
@@ -159,34 +160,6 @@ class TaggingTask(Task):
                    "labels": labels}
         return Features(columns, np.array(example_index), pad_values={"labels": IGNORED},
                         extras={"read_at": read_at, "char_offsets": char_offsets})
-
-    def _word_pieces(self, examples) -> list:
-        """Per example: its pieces (flat), pieces per word, and words' character offsets."""
-        import tensorflow as tf
-
-        from bertkit.tokenizer import character_offsets, split_rows, split_word_rows
-
-        results = [None] * len(examples)
-        texts = [i for i, e in enumerate(examples) if getattr(e, "text", None) is not None]
-        worded = [i for i, e in enumerate(examples) if getattr(e, "text", None) is None]
-        for start in range(0, len(worded), _CHUNK):
-            chunk = worded[start:start + _CHUNK]
-            words = tf.RaggedTensor.from_row_lengths(
-                tf.constant([w for i in chunk for w in examples[i].words], tf.string),
-                [len(examples[i].words) for i in chunk])
-            pieces = self.tokenizer.tokenize_words(words, max_pieces=self.max_word_pieces)
-            for i, (ids, lengths) in zip(chunk, split_word_rows(pieces), strict=True):
-                results[i] = (ids, lengths, None)
-        for start in range(0, len(texts), _CHUNK):
-            chunk = texts[start:start + _CHUNK]
-            pieces, byte_starts, byte_ends = self.tokenizer.words_with_offsets(
-                tf.constant([examples[i].text for i in chunk]), max_pieces=self.max_word_pieces)
-            for i, (ids, lengths), starts, ends in zip(
-                    chunk, split_word_rows(pieces), split_rows(byte_starts), split_rows(byte_ends),
-                    strict=True):
-                chars = np.stack(character_offsets(examples[i].text, starts, ends))  # (2, words)
-                results[i] = (ids, lengths, chars)
-        return results
 
     def _piece_labels(self, example, lengths, label_ids: dict) -> np.ndarray:
         """(pieces,) label ids: the word's tag on its first piece (or all), else IGNORED."""
@@ -232,18 +205,14 @@ class TaggingTask(Task):
     def decode(self, examples, features, outputs):
         import tensorflow as tf
 
-        from bertkit.tag_decoding import decode_chunks
+        from bertkit.tag_decoding import chunk_tables, decode_chunks, word_probabilities
 
-        rows, probabilities = outputs["logits"], []
-        for word_rows, positions in features.extras["read_at"]:
-            logits = np.array([rows[r][p] for r, p in zip(word_rows, positions, strict=True)],
-                              dtype=np.float64).reshape(-1, len(self.labels))  # (words, labels)
-            exp = np.exp(logits - logits.max(axis=1, keepdims=True))
-            probabilities.append(exp / exp.sum(axis=1, keepdims=True))
+        probabilities = word_probabilities(outputs["logits"], features.extras["read_at"],
+                                           len(self.labels))
         tag_ids = [p.argmax(axis=1) for p in probabilities]
         flat = np.concatenate([np.zeros(0, np.int32), *tag_ids]).astype(np.int32)
         chunks = decode_chunks(tf.RaggedTensor.from_row_lengths(flat, [len(t) for t in tag_ids]),
-                               *self._chunk_tables)
+                               *chunk_tables(self.labels))
         return [self._prediction(*row) for row in zip(
             examples, features.extras["char_offsets"], tag_ids, probabilities,
             *(chunks[key].to_list() for key in ("types", "start_word", "end_word")), strict=True)]
@@ -263,12 +232,6 @@ class TaggingTask(Task):
         if chars is not None:
             return {"entities": entities}
         return {"tags": [self.labels[i] for i in tag_ids], "entities": entities}
-
-    @property
-    def _chunk_tables(self):
-        from bertkit.tag_decoding import chunk_boundary_tables, chunk_type_table
-
-        return (*chunk_boundary_tables(self.labels), chunk_type_table(self.labels))
 
     def evaluate(self, examples, predictions):
         predicted = [chunks_to_tags([(e["type"], e["start"], e["end"]) for e in p["entities"]],
@@ -300,8 +263,7 @@ class TaggingTask(Task):
         """Raw texts -> entities, windowed and decoded in the graph as `featurize`/`decode` do."""
         import tensorflow as tf
 
-        from bertkit.tag_decoding import decode_chunks
-        from bertkit.tokenizer import batch_substrings
+        from bertkit.tag_decoding import graph_entities
         from bertkit.windows import windowed_rows
 
         texts = inputs["text"]
@@ -312,26 +274,5 @@ class TaggingTask(Task):
         token_ids = rows.to_tensor(self.tokenizer.pad_id)  # (rows, longest row)
         logits = model({"token_ids": token_ids, "segment_ids": tf.zeros_like(token_ids),
                         "padding_mask": tf.ones_like(rows).to_tensor()}, training=False)
-        word_logits = tf.gather_nd(tf.cast(logits, tf.float32), tf.stack([row, position], 1))
-        probabilities = tf.nn.softmax(word_logits)  # (words in batch, num_labels)
-        tag_ids = byte_starts.with_values(tf.argmax(probabilities, -1, output_type=tf.int32))
-        chunks = decode_chunks(tag_ids, *self._chunk_tables)  # each (batch, (entities))
-        # flat word index of each entity's first and last word
-        base = tf.gather(tag_ids.row_starts(), chunks["start_word"].value_rowids())
-        first = base + tf.cast(chunks["start_word"].values, tf.int64)
-        last = base + tf.cast(chunks["end_word"].values, tf.int64) - 1
-        chosen = tf.reduce_max(probabilities, axis=-1)
-        scores = tf.reduce_mean(tf.gather(chosen, tf.ragged.range(first, last + 1)), axis=1)
-        entity_texts, start, end = batch_substrings(  # characters
-            tf.gather(texts, chunks["start_word"].value_rowids()),
-            tf.gather(byte_starts.values, first), tf.gather(byte_ends.values, last))
-
-        def dense(values, default):  # (entities in batch,) -> (batch, max entities)
-            return chunks["types"].with_values(values).to_tensor(default)
-
-        return {"entity_text": dense(entity_texts, ""),
-                "entity_type": chunks["types"].to_tensor(""),
-                "entity_start": dense(tf.cast(start, tf.int32), -1),
-                "entity_end": dense(tf.cast(end, tf.int32), -1),
-                "entity_score": dense(scores, 0.0),
-                "entity_count": tf.cast(chunks["types"].row_lengths(), tf.int32)}
+        word_logits = tf.gather_nd(logits, tf.stack([row, position], 1))  # (words, labels)
+        return graph_entities(texts, byte_starts, byte_ends, word_logits, self.labels)

@@ -142,3 +142,34 @@ def test_survives_savedmodel_export(tmp_path):
     tf.saved_model.save(module, str(tmp_path / "decoder"))
     loaded = tf.saved_model.load(str(tmp_path / "decoder"))
     assert as_chunks(loaded.decode(tf.ragged.constant(HAND_BATCH, dtype=tf.int32))) == HAND_CHUNKS
+
+
+def test_word_probabilities_read_each_word_at_its_position():
+    from bertkit.tag_decoding import word_probabilities
+
+    rows = [np.array([[0.0, 0.0], [3.0, 1.0], [0.0, 0.0]]), np.array([[1.0, 1.0], [0.0, 4.0]])]
+    # sentence 0: its word 0 in row 0 position 1, its word 1 in row 1 position 1
+    (probabilities,) = word_probabilities(rows, [([0, 1], [1, 1])], 2)
+    assert probabilities.argmax(axis=1).tolist() == [0, 1]
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0)
+    assert word_probabilities(rows, [([], [])], 2)[0].shape == (0, 2)
+
+
+def test_graph_entities_character_offsets_and_scores():
+    from bertkit.tag_decoding import graph_entities
+
+    labels = ["O", "B-PER", "I-PER", "B-LOC"]
+    texts = tf.constant(["Zoë Ann in Köln", "", "x"])
+    starts = tf.ragged.constant([[0, 5, 9, 12], [], [0]], tf.int64)  # bytes
+    ends = tf.ragged.constant([[4, 8, 11, 17], [], [1]], tf.int64)
+    logits = tf.constant([[0, 9, 0, 0], [0, 0, 9, 0], [9, 0, 0, 0], [0, 0, 0, 9],
+                          [9, 0, 0, 0]], tf.float32)
+    found = graph_entities(texts, starts, ends, logits, labels)
+    assert found["entity_count"].numpy().tolist() == [2, 0, 0]
+    assert [t.decode() for t in found["entity_text"].numpy()[0]] == ["Zoë Ann", "Köln"]
+    assert found["entity_type"].numpy()[0].tolist() == [b"PER", b"LOC"]
+    assert found["entity_start"].numpy()[0].tolist() == [0, 11]  # characters, not bytes
+    assert found["entity_end"].numpy()[0].tolist() == [7, 15]
+    assert found["entity_start"].numpy()[1].tolist() == [-1, -1]
+    probability = float(tf.nn.softmax(logits[0])[1])
+    assert abs(found["entity_score"].numpy()[0][0] - probability) < 1e-6

@@ -1,0 +1,152 @@
+"""SQuAD model rows: `[CLS] question [SEP] window [SEP]`, one per doc-stride window.
+
+A context longer than the room the question leaves is read in windows of its
+word pieces that start every `doc_stride` pieces (`bertkit.windows`).
+`question_window_rows` builds the rows with numpy for training and evaluation;
+`graph_question_windows` builds the same rows in TensorFlow ops inside the
+SavedModel, so a context is cut the same way in both, and `graph_answer_text`
+maps a span's positions in a window back to the context's text.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bertkit.windows import sliding_windows
+
+
+def question_window_rows(question, context, answer, *, cls_id: int, sep_id: int,
+                         sequence_length: int, doc_stride: int, training: bool) -> list[dict]:
+    """The rows of one question, with the answer's positions and what decoding needs.
+
+    Args:
+        question: the question's piece ids, already cut to the longest allowed.
+        context: `(piece ids, character starts, character ends)` of the context.
+        answer: the answer's first and last context piece, or None (no answer).
+        cls_id, sep_id: the [CLS] and [SEP] ids.
+        sequence_length: the longest row.
+        doc_stride: pieces between the starts of consecutive windows.
+        training: without it, each row also gets `char_starts`/`char_ends` (per
+            position, the context characters it covers, -1 outside the context)
+            and `starts_ok`/`ends_ok` (where a span may start and end:
+            `bertkit.span_decoding.span_candidates`).
+
+    Returns:
+        Per window: `token_ids`, `segment_ids`, and `start_positions` and
+        `end_positions`, the answer's positions if it lies whole in the window,
+        else 0 ([CLS], the null answer).
+
+    Example:
+        >>> context = (np.array([10, 11, 12, 13, 14]), np.arange(5) * 2, np.arange(5) * 2 + 1)
+        >>> rows = question_window_rows(np.array([7]), context, (3, 4), cls_id=2, sep_id=3,
+        ...                             sequence_length=7, doc_stride=2, training=True)
+        >>> [(r["token_ids"].tolist(), r["start_positions"], r["end_positions"]) for r in rows]
+        [([2, 7, 3, 10, 11, 12, 3], 0, 0), ([2, 7, 3, 12, 13, 14, 3], 4, 5)]
+    """
+    from bertkit.span_decoding import span_candidates
+
+    pieces, char_starts, char_ends = context
+    offset = len(question) + 2  # [CLS] question [SEP]
+    windows = sliding_windows(len(pieces), sequence_length - offset - 1, doc_stride)
+    if not training:
+        starts_ok, ends_ok = span_candidates(windows, offset, sequence_length)
+    rows = []
+    for index, (first, last) in enumerate(windows):
+        ids = np.concatenate([[cls_id], question, [sep_id], pieces[first:last],
+                              [sep_id]]).astype(np.int32)
+        inside = answer is not None and first <= answer[0] and answer[1] < last
+        row = {"token_ids": ids,
+               "segment_ids": (np.arange(len(ids)) >= offset).astype(np.int32),
+               "start_positions": offset + answer[0] - first if inside else 0,
+               "end_positions": offset + answer[1] - first if inside else 0}
+        if not training:
+            for name, values in (("char_starts", char_starts), ("char_ends", char_ends)):
+                row[name] = np.full(len(ids), -1, dtype=np.int64)
+                row[name][offset:offset + last - first] = values[first:last]
+            row["starts_ok"] = np.array(starts_ok[index][:len(ids)])
+            row["ends_ok"] = np.array(ends_ok[index][:len(ids)])
+        rows.append(row)
+    return rows
+
+
+def graph_question_windows(tokenizer, questions, pieces, sequence_length: int,
+                           doc_stride: int) -> dict:
+    """`question_window_rows` in TensorFlow ops, for a batch of questions and contexts.
+
+    Args:
+        tokenizer: a `bertkit.tokenizer.WordPieceTokenizer`.
+        questions: (batch, (pieces)) question piece ids, already cut.
+        pieces: (batch, (pieces)) context piece ids.
+        sequence_length: the longest row.
+        doc_stride: pieces between the starts of consecutive windows.
+
+    Returns:
+        Per window (flat over the batch): `token_ids` and `segment_ids`
+        (ragged rows), `example_ids` (int64), `starts` and `ends` of its
+        context pieces as indices into `pieces.flat_values`, `tokens`
+        (windows, (pieces)) the same indices one by one, and `questions`,
+        its question's pieces.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> from bertkit.tokenizer import WordPieceTokenizer
+        >>> tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], True)
+        >>> rows = graph_question_windows(tokenizer, tf.ragged.constant([[7]], tf.int64),
+        ...     tf.ragged.constant([[10, 11, 12, 13, 14]], tf.int64), 7, doc_stride=2)
+        >>> rows["token_ids"].to_list()
+        [[2, 7, 3, 10, 11, 12, 3], [2, 7, 3, 12, 13, 14, 3]]
+    """
+    import tensorflow as tf
+
+    from bertkit.windows import batch_sliding_windows
+
+    example_ids, starts, ends = batch_sliding_windows(  # context pieces per window
+        pieces.row_lengths(), sequence_length - 3 - questions.row_lengths(), doc_stride)
+    first_piece = tf.gather(pieces.row_splits[:-1], example_ids)  # of the window's context
+    starts, ends = starts + first_piece, ends + first_piece  # now into pieces.flat_values
+    tokens = tf.ragged.range(starts, ends)  # (windows, (pieces))
+    window_questions = tf.gather(questions, example_ids)
+    token_ids, segment_ids = tokenizer.pack(
+        [window_questions, tf.gather(pieces.flat_values, tokens)], sequence_length)
+    return {"token_ids": token_ids, "segment_ids": segment_ids, "example_ids": example_ids,
+            "starts": starts, "ends": ends, "tokens": tokens, "questions": window_questions}
+
+
+def graph_answer_text(contexts, byte_starts, byte_ends, piece_of_position_0, start_index,
+                      end_index, answered):
+    """(TF) Answers cut from their contexts: text, character start and end ("", 0, 0 if none).
+
+    Args:
+        contexts: (examples,) strings.
+        byte_starts, byte_ends: (examples, (pieces)) byte offsets of the context pieces.
+        piece_of_position_0: (examples,) int64: the context piece (index into the
+            flat values) that position 0 of the answer's window would hold.
+        start_index, end_index: (examples,) the answer's first and last position.
+        answered: (examples,) bool; where False, the answer is empty.
+
+    Example:
+        >>> import tensorflow as tf
+        >>> texts, starts, ends = graph_answer_text(
+        ...     tf.constant(["big red car"]), tf.ragged.constant([[0, 4, 8]], tf.int64),
+        ...     tf.ragged.constant([[3, 7, 11]], tf.int64), tf.constant([-3], tf.int64),
+        ...     tf.constant([4]), tf.constant([5]), tf.constant([True]))
+        >>> texts.numpy().tolist(), starts.numpy().tolist(), ends.numpy().tolist()
+        ([b'red car'], [4], [11])
+    """
+    import tensorflow as tf
+
+    from bertkit.tokenizer import batch_substrings
+
+    byte_start, byte_end = (
+        _gather_or_zero(offsets.flat_values, piece_of_position_0 + tf.cast(index, tf.int64),
+                        answered)
+        for offsets, index in ((byte_starts, start_index), (byte_ends, end_index)))
+    return batch_substrings(contexts, byte_start, byte_end)
+
+
+def _gather_or_zero(values, indices, keep):
+    """values[indices] where `keep`, else 0; safe when `values` is empty."""
+    import tensorflow as tf
+
+    padded = tf.concat([values, tf.zeros([1], values.dtype)], 0)
+    return tf.gather(padded, tf.where(keep, indices, tf.shape(values, out_type=indices.dtype)[0]))

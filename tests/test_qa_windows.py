@@ -1,0 +1,50 @@
+"""SQuAD rows: the numpy rows of featurize and the in-graph rows of the SavedModel agree."""
+
+import random
+
+import numpy as np
+import tensorflow as tf
+
+from bertkit.qa_windows import graph_answer_text, graph_question_windows, question_window_rows
+from bertkit.tokenizer import WordPieceTokenizer
+
+TOKENIZER = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], True)
+
+
+def test_graph_rows_equal_the_numpy_rows():
+    rng = random.Random(0)
+    questions = [[rng.randint(10, 99) for _ in range(rng.randint(1, 6))] for _ in range(30)]
+    contexts = [[rng.randint(10, 99) for _ in range(rng.randint(0, 50))] for _ in range(30)]
+    sequence_length, stride = 16, 5
+    expected = []
+    for question, context in zip(questions, contexts, strict=True):
+        positions = np.arange(len(context))
+        rows = question_window_rows(np.array(question), (np.array(context), positions, positions),
+                                    None, cls_id=2, sep_id=3, sequence_length=sequence_length,
+                                    doc_stride=stride, training=True)
+        expected += [(row["token_ids"].tolist(), row["segment_ids"].tolist()) for row in rows]
+    windows = graph_question_windows(TOKENIZER, tf.ragged.constant(questions, tf.int64),
+                                     tf.ragged.constant(contexts, tf.int64, ragged_rank=1),
+                                     sequence_length, stride)
+    assert list(zip(windows["token_ids"].to_list(), windows["segment_ids"].to_list(),
+                    strict=True)) == expected
+
+
+def test_answer_positions_only_in_windows_that_hold_it_whole():
+    context = (np.arange(10, 20), np.arange(10), np.arange(10) + 1)
+    rows = question_window_rows(np.array([7, 8]), context, (3, 5), cls_id=2, sep_id=3,
+                                sequence_length=9, doc_stride=2, training=False)
+    # 4 context pieces per window ([CLS] q q [SEP] .... [SEP]): (0, 4), (2, 6), (4, 8), (6, 10)
+    targets = [(row["start_positions"], row["end_positions"]) for row in rows]
+    assert targets == [(0, 0), (5, 7), (0, 0), (0, 0)]
+    assert rows[1]["char_starts"].tolist() == [-1, -1, -1, -1, 2, 3, 4, 5, -1]
+    assert rows[1]["token_ids"][rows[1]["start_positions"]] == context[0][3]
+
+
+def test_answer_text_in_characters_and_empty_when_not_answered():
+    texts, starts, ends = graph_answer_text(
+        tf.constant(["Zoë runs", "none"]), tf.ragged.constant([[0, 5], [0]], tf.int64),
+        tf.ragged.constant([[4, 9], [4]], tf.int64), tf.constant([0, 2], tf.int64),
+        tf.constant([0, 0]), tf.constant([1, 0]), tf.constant([True, False]))
+    assert [t.decode() for t in texts.numpy()] == ["Zoë runs", ""]
+    assert starts.numpy().tolist()[0] == 0 and ends.numpy().tolist()[0] == 8

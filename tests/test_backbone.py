@@ -124,3 +124,15 @@ def test_google_checkpoint_folder_uses_googles_tanh_gelu(tmp_path):
     expected = numpy_bert_forward(state, {**google.CONFIG, "hidden_act": "gelu_new"},
                                   google.TOKEN_IDS, google.SEGMENT_IDS, google.PADDING_MASK)
     np.testing.assert_allclose(np.asarray(result["pooled_output"]), expected[1], atol=1e-5)
+
+
+def test_hugging_face_config_sets_segment_count_and_dropout(tmp_path):
+    from safetensors.numpy import load_file
+
+    folder = write_tiny_checkpoint(tmp_path / "hf", type_vocab_size=3, hidden_dropout_prob=0.2)
+    loaded = load_pretrained(str(folder), sequence_length=64)
+    segments = loaded.backbone.get_layer("segment_embedding").embeddings.numpy()
+    state = load_file(str(folder / "model.safetensors"))
+    expected = state["embeddings.token_type_embeddings.weight"]
+    np.testing.assert_array_equal(segments, expected)  # all three segment rows
+    assert loaded.backbone.dropout == 0.2

@@ -138,9 +138,9 @@ class TaggingTask(Task):
     def featurize(self, examples, training):
         label_ids = {label: i for i, label in enumerate(self.state.get("labels", []))}
         token_ids, labels, example_index, read_at, char_offsets = [], [], [], [], []
+        word_pieces = sentence_word_pieces(self.tokenizer, examples, self.max_word_pieces)
         for index, (example, (pieces, lengths, chars)) in enumerate(
-                zip(examples, sentence_word_pieces(self.tokenizer, examples, self.max_word_pieces),
-                strict=True)):
+                zip(examples, word_pieces, strict=True)):
             offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # (words + 1,)
             windows = word_windows(offsets, self.window_size, self.stride)
             piece_labels = self._piece_labels(example, lengths, label_ids)

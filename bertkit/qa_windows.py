@@ -112,23 +112,29 @@ def graph_question_windows(tokenizer, questions, pieces, sequence_length: int,
             "starts": starts, "ends": ends, "tokens": tokens, "questions": window_questions}
 
 
-def graph_answer_text(contexts, byte_starts, byte_ends, piece_of_position_0, start_index,
+def graph_answer_text(contexts, byte_starts, byte_ends, windows: dict, window, start_index,
                       end_index, answered):
     """(TF) Answers cut from their contexts: text, character start and end ("", 0, 0 if none).
 
     Args:
         contexts: (examples,) strings.
         byte_starts, byte_ends: (examples, (pieces)) byte offsets of the context pieces.
-        piece_of_position_0: (examples,) int64: the context piece (index into the
-            flat values) that position 0 of the answer's window would hold.
-        start_index, end_index: (examples,) the answer's first and last position.
+        windows: the rows of `graph_question_windows` for these contexts.
+        window: (examples,) the window each answer was found in (any window where
+            not `answered`).
+        start_index, end_index: (examples,) the answer's first and last position
+            in its window's row.
         answered: (examples,) bool; where False, the answer is empty.
 
     Example:
         >>> import tensorflow as tf
-        >>> texts, starts, ends = graph_answer_text(
+        >>> from bertkit.tokenizer import WordPieceTokenizer
+        >>> tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], True)
+        >>> windows = graph_question_windows(tokenizer, tf.ragged.constant([[7]], tf.int64),
+        ...     tf.ragged.constant([[10, 11, 12]], tf.int64), 16, doc_stride=8)
+        >>> texts, starts, ends = graph_answer_text(  # positions 4-5: [CLS] 7 [SEP] 10 11 12
         ...     tf.constant(["big red car"]), tf.ragged.constant([[0, 4, 8]], tf.int64),
-        ...     tf.ragged.constant([[3, 7, 11]], tf.int64), tf.constant([-3], tf.int64),
+        ...     tf.ragged.constant([[3, 7, 11]], tf.int64), windows, tf.constant([0]),
         ...     tf.constant([4]), tf.constant([5]), tf.constant([True]))
         >>> texts.numpy().tolist(), starts.numpy().tolist(), ends.numpy().tolist()
         ([b'red car'], [4], [11])
@@ -137,6 +143,9 @@ def graph_answer_text(contexts, byte_starts, byte_ends, piece_of_position_0, sta
 
     from bertkit.tokenizer import batch_substrings
 
+    question_pieces = tf.gather(windows["questions"].row_lengths(), window)
+    # the context piece that position 0 would hold: [CLS] question [SEP] come first
+    piece_of_position_0 = tf.gather(windows["starts"], window) - question_pieces - 2
     byte_start, byte_end = (
         _gather_or_zero(offsets.flat_values, piece_of_position_0 + tf.cast(index, tf.int64),
                         answered)

@@ -275,7 +275,7 @@ class SpanQATask(Task):
         pieces, byte_starts, byte_ends = self.tokenizer.tokenize_with_offsets(contexts)
         windows = graph_question_windows(self.tokenizer, questions, pieces, self.sequence_length,
                                          self.options.doc_stride)
-        token_ids, starts = windows["token_ids"], windows["starts"]
+        token_ids = windows["token_ids"]
         logits = tf.cast(model({"token_ids": token_ids.to_tensor(),
                                 "segment_ids": windows["segment_ids"].to_tensor(),
                                 "padding_mask": tf.ones_like(token_ids).to_tensor()},
@@ -283,7 +283,7 @@ class SpanQATask(Task):
 
         # ---- decoding: the rule of `decode`, with candidate masks laid out like token_ids
         start_ok, end_ok = batch_span_candidates(
-            windows["questions"], windows["tokens"], starts, windows["ends"],
+            windows["questions"], windows["tokens"], windows["starts"], windows["ends"],
             tf.shape(pieces.flat_values, out_type=tf.int64)[0])
         spans = decode_answer_spans(
             logits[:, :, 0], logits[:, :, 1], tf.cast(windows["example_ids"], tf.int32),
@@ -294,9 +294,8 @@ class SpanQATask(Task):
         answered = spans["window_index"][:, 0] >= 0
         if self.options.version == "2.0":
             answered &= spans["null_score_diff"] <= self.null_score_threshold
-        piece_of_position_0 = tf.gather(starts, window) - questions.row_lengths() - 2
         answer, start, end = graph_answer_text(
-            contexts, byte_starts, byte_ends, piece_of_position_0, spans["start_index"][:, 0],
+            contexts, byte_starts, byte_ends, windows, window, spans["start_index"][:, 0],
             spans["end_index"][:, 0], answered)
         outputs = {"answer": answer,
                    "start": tf.where(answered, start, -1), "end": tf.where(answered, end, -1),

@@ -42,9 +42,11 @@ def test_answer_positions_only_in_windows_that_hold_it_whole():
 
 
 def test_answer_text_in_characters_and_empty_when_not_answered():
-    texts, starts, ends = graph_answer_text(
+    windows = graph_question_windows(TOKENIZER, tf.ragged.constant([[7], [7]], tf.int64),
+                                     tf.ragged.constant([[10, 11], [12]], tf.int64), 16, 8)
+    texts, starts, ends = graph_answer_text(  # "Zoë runs" at positions 3-4 of window 0
         tf.constant(["Zoë runs", "none"]), tf.ragged.constant([[0, 5], [0]], tf.int64),
-        tf.ragged.constant([[4, 9], [4]], tf.int64), tf.constant([0, 2], tf.int64),
-        tf.constant([0, 0]), tf.constant([1, 0]), tf.constant([True, False]))
+        tf.ragged.constant([[4, 9], [4]], tf.int64), windows, tf.constant([0, 1]),
+        tf.constant([3, 0]), tf.constant([4, 0]), tf.constant([True, False]))
     assert [t.decode() for t in texts.numpy()] == ["Zoë runs", ""]
     assert starts.numpy().tolist()[0] == 0 and ends.numpy().tolist()[0] == 8

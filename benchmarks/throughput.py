@@ -234,7 +234,7 @@ def run_bertkit(recipe: dict, rows: int) -> dict:
     model = task.build_model(data.pretrained.backbone)
     task.initialize_head(model, data.pretrained.checkpoint_tensors())
     model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
-                  metrics=task.metrics(), jit_compile=_jit_compile(training.jit_compile))
+                  weighted_metrics=task.metrics(), jit_compile=_jit_compile(training.jit_compile))
     clock = StepClock()
     with timed({}) as measured:
         model.fit(batches.as_dataset(), epochs=1, callbacks=[SetEpoch(batches), clock],

@@ -19,7 +19,8 @@ What a task declares, each as a small piece:
 `featurize`            examples -> `Features` (tokenized rows, windows included)
 `make_batch`           padded batch -> (inputs, targets, sample_weights)
 `build_model`          backbone -> Keras model with the head (keras.ops only)
-`loss`, `metrics`      Keras loss and progress-bar metrics
+`loss`, `metrics`      Keras loss and progress-bar metrics; both get make_batch's
+                       sample weights
 `reduce_outputs`       optional: shrink a batch's outputs before they are kept
                        (MLM keeps per-row loss and top-k, not vocabulary logits)
 `decode`               model outputs -> user-facing predictions per example

@@ -197,7 +197,8 @@ class _Trainer:
         model = task.build_model(data.pretrained.backbone)
         task.initialize_head(model, data.pretrained.checkpoint_tensors())
         model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
-                      metrics=task.metrics(), jit_compile=_jit_compile(training.jit_compile))
+                      weighted_metrics=task.metrics(),  # Keras gives plain `metrics` no weights
+                      jit_compile=_jit_compile(training.jit_compile))
         save_architecture(data.pretrained, self.run.model_dir)
         write_json(self.run.task_file, description)
         finetuned = FineTunedModel(self.run, task, model, description)

@@ -197,9 +197,9 @@ class TaggingTask(Task):
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
     def metrics(self):
-        import keras
+        from bertkit.token_accuracy import LabelledTokenAccuracy
 
-        return [keras.metrics.SparseCategoricalAccuracy(name="token_accuracy")]
+        return [LabelledTokenAccuracy()]
 
     # ---- outputs
     def decode(self, examples, features, outputs):

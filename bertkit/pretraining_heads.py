@@ -1,4 +1,4 @@
-"""The pretraining heads' side of a checkpoint and of evaluation: head weights, masked accuracy.
+"""The pretraining heads' side of a checkpoint: their weights, renamed for Keras.
 
 A Hugging Face `BertForPreTraining` checkpoint holds the masked-LM transform and
 the next-sentence classifier next to the encoder; continuing pretraining from
@@ -47,16 +47,3 @@ def pretraining_head_weights(tensors: dict) -> dict[str, np.ndarray]:
     return heads
 
 
-def masked_accuracy():
-    """A Keras metric: accuracy over the used prediction slots (target >= 0), per token."""
-    import keras
-    from keras import ops
-
-    class MaskedAccuracy(keras.metrics.Mean):
-        def update_state(self, y_true, y_pred, sample_weight=None):
-            y_true = ops.cast(y_true, "int32")
-            correct = ops.equal(ops.cast(ops.argmax(y_pred, axis=-1), "int32"), y_true)
-            used = ops.cast(ops.greater_equal(y_true, 0), self.dtype)
-            super().update_state(ops.cast(correct, self.dtype), sample_weight=used)
-
-    return MaskedAccuracy(name="accuracy")

@@ -1,11 +1,12 @@
-"""Training accuracy over the word pieces the loss learns from, each counted once.
+"""Training accuracy over the positions the loss learns from, each counted once.
 
-Tagging gives Keras per-position sample weights that are 0 on ignored pieces
-and scaled per batch, so that the loss is a mean over labelled pieces whatever
-the padding. Keras hands metrics the same weights; a weighted accuracy would
-then count a piece of a long padded batch more than one of a short batch, and
-the printed figure would change with the batching. This metric uses the
-weights only to tell which pieces are labelled.
+Two ways of marking the positions the loss skips meet here. Tagging gives Keras
+per-position sample weights that are 0 on ignored pieces and scaled per batch,
+so that the loss is a mean over labelled pieces whatever the padding; a
+weighted accuracy would count a piece of a long padded batch more than one of
+a short batch, and the printed figure would change with the batching, so the
+weights only tell which pieces count. Masked LM gives no weights and marks its
+unused prediction slots with the target -1.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from keras import ops
 
 @keras.saving.register_keras_serializable(package="bertkit")
 class LabelledTokenAccuracy(keras.metrics.Mean):
-    """Share of positions with a positive sample weight whose argmax is the label.
+    """Share of counted positions whose argmax is the target.
+
+    A position counts when its target is >= 0 and, if sample weights are
+    given, its weight is positive.
 
     Example:
         >>> import numpy as np
@@ -26,14 +30,20 @@ class LabelledTokenAccuracy(keras.metrics.Mean):
         ...                     sample_weight=np.array([[3.0, 3.0, 0.0]]))
         >>> float(metric.result())  # one right of two labelled; the third is ignored
         0.5
+        >>> metric.reset_state()
+        >>> metric.update_state(np.array([[0, -1, 0]]), logits)  # the -1 slot is unused
+        >>> float(metric.result())
+        1.0
     """
 
     def __init__(self, name="token_accuracy", dtype=None):
         super().__init__(name=name, dtype=dtype)
 
     def update_state(self, y_true, y_pred, sample_weight=None):
+        y_true = ops.cast(y_true, "int32")
         predicted = ops.cast(ops.argmax(y_pred, axis=-1), "int32")
-        correct = ops.cast(ops.equal(predicted, ops.cast(y_true, "int32")), self.dtype)
-        labelled = None if sample_weight is None else ops.cast(
-            ops.greater(sample_weight, 0), self.dtype)
-        super().update_state(correct, sample_weight=labelled)
+        counted = ops.greater_equal(y_true, 0)
+        if sample_weight is not None:
+            counted = ops.logical_and(counted, ops.greater(sample_weight, 0))
+        super().update_state(ops.cast(ops.equal(predicted, y_true), self.dtype),
+                             sample_weight=ops.cast(counted, self.dtype))

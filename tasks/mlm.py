@@ -27,7 +27,7 @@ from bertkit.masking import (
     word_start_mask,
 )
 from bertkit.pretraining_corpus import corpus_format, create_instances, pack_instance, read_corpus
-from bertkit.pretraining_heads import masked_accuracy, pretraining_head_weights
+from bertkit.pretraining_heads import pretraining_head_weights
 from bertkit.task import DataFiles, Features, Task, string_inputs
 from bertkit.tokenizer import split_rows, tokenize_in_chunks
 
@@ -238,7 +238,10 @@ class MaskedLMTask(Task):
     def metrics(self):
         import keras
 
-        metrics = {"mlm": [masked_accuracy()]}  # shown as mlm_accuracy, nsp_accuracy
+        from bertkit.token_accuracy import LabelledTokenAccuracy
+
+        # shown as mlm_accuracy, nsp_accuracy; unused mask slots have the target -1
+        metrics = {"mlm": [LabelledTokenAccuracy(name="accuracy")]}
         if self.options.next_sentence_prediction:
             metrics["nsp"] = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
         return metrics

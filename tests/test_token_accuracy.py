@@ -12,6 +12,7 @@ def test_compiled_metric_counts_each_labelled_piece_once_whatever_the_weight_sca
     # Two batches of 4 with different per-batch scales, as tagging's make_batch gives.
     weights = labelled * np.repeat([[1.0], [7.0]], 4, axis=0)
     model = keras.Sequential([keras.Input((6, 4)), keras.layers.Dense(3)])
+    model.layers[0].set_weights([rng.normal(size=(4, 3)), np.zeros(3)])  # not Keras' own draw
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   weighted_metrics=[LabelledTokenAccuracy()])  # as bertkit.training does
     reported = model.evaluate(features, labels, sample_weight=weights, batch_size=4,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 import time
+from pathlib import Path
 
 import keras
 
@@ -84,9 +86,32 @@ class TrackRun(keras.callbacks.Callback):
             time.time() - self._epoch_start - record.get("eval_seconds", 0.0), 2)
         self.history.append(record)
         if self.best() is record:
-            self.model.save_weights(self.run.weights_file)
+            save_weights_atomically(self.model, self.run.weights_file)
             self.run.set_status("running", best_epoch=record["epoch"])
         write_json(self.run.metrics_file, {"monitor": self.monitor, "epochs": self.history})
         best = self.best()
         if self.patience and record["epoch"] - best["epoch"] >= self.patience:
             self.model.stop_training = True
+
+
+def save_weights_atomically(model, path) -> None:
+    """`model.save_weights` through a temporary file: a kill never leaves a half-written file."""
+    path = Path(path)
+    temporary = path.with_name(".partial." + path.name)  # Keras wants the .weights.h5 suffix
+    model.save_weights(temporary)
+    os.replace(temporary, path)
+
+
+class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """Keras' `BackupAndRestore`, its files replaced whole instead of rewritten in place.
+
+    Keras writes `latest.weights.h5` in place; a kill -9 during that write left
+    a file h5py cannot open, and the run could not resume. This overrides Keras'
+    private `_save_model` (same files, same contents).
+    """
+
+    def _save_model(self):
+        os.makedirs(self.backup_dir, exist_ok=True)
+        save_weights_atomically(self.model, self._weights_path)
+        write_json(self._training_metadata_path,
+                   {"epoch": self._current_epoch, "batch": self._last_batch_seen})

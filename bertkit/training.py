@@ -254,7 +254,7 @@ class _Trainer:
     def _fit(self, model, task, batches, evaluate) -> list[dict]:
         import keras
 
-        from bertkit.callbacks import Evaluate, SetEpoch, TrackRun
+        from bertkit.callbacks import AtomicBackupAndRestore, Evaluate, SetEpoch, TrackRun
 
         initial_epoch = self.run.resumed_epoch() if self.resuming else 0
         history = []
@@ -266,7 +266,7 @@ class _Trainer:
             callbacks.append(Evaluate(evaluate))
         tracker = TrackRun(self.run, monitor, mode, self.training.early_stopping_patience,
                            history)
-        callbacks += [tracker, keras.callbacks.BackupAndRestore(str(self.run.checkpoint_dir))]
+        callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir))]
         if keras.backend.backend() == "tensorflow":
             callbacks.append(keras.callbacks.TensorBoard(str(self.run.logs_dir), profile_batch=0))
         if initial_epoch:

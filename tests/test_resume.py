@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -64,3 +65,23 @@ def test_kill_9_mid_epoch_then_resume_gives_the_same_metrics(tmp_path):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
         assert a["val_accuracy"] == pytest.approx(b["val_accuracy"])
     assert got["final"]["validation"] == pytest.approx(expected["final"]["validation"])
+
+
+def test_checkpoint_files_are_replaced_whole(tmp_path, monkeypatch):
+    import keras
+
+    from bertkit.callbacks import save_weights_atomically
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    target = tmp_path / "model.weights.h5"
+    save_weights_atomically(model, target)
+    before = target.read_bytes()
+
+    def killed_mid_write(self, path, *args, **kwargs):
+        Path(path).write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(keras.Model, "save_weights", killed_mid_write)
+    with pytest.raises(KeyboardInterrupt):
+        save_weights_atomically(model, target)
+    assert target.read_bytes() == before  # the last good checkpoint is untouched

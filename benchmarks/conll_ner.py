@@ -104,20 +104,21 @@ def timed(result: dict):
 
 def count_training_rows(recipe: dict, workdir: Path) -> dict:
     """bertkit's feature rows and padded tokens per epoch, from its own featurize and batching."""
-    from bertkit.batching import bucket_lengths, epoch_batches, padded_length
+    from bertkit.batching import TrainingBatches, bucket_lengths, padded_length
     from bertkit.feature_file import read_feature_file
     from bertkit.training import featurize
 
     data = {key: value for key, value in recipe["data"].items()
             if key not in ("validation", "test")}
     path = featurize({**recipe, "data": data}, workdir / "train.features.npz")
-    lengths = read_feature_file(path).train.lengths()
+    features = read_feature_file(path).train
+    lengths = features.lengths()
     training, sequence_length = recipe["training"], recipe["backbone"]["sequence_length"]
     buckets = bucket_lengths(sequence_length)
+    batches = TrainingBatches(None, features, training["batch_size"], buckets, training["seed"],
+                              training["batch_order"], training["micro_batches"])
     padded = sum(padded_length(int(lengths[rows].max()), buckets) * len(rows)
-                 for epoch in range(training["epochs"])
-                 for rows in epoch_batches(lengths, training["batch_size"], buckets,
-                                           training["seed"], epoch))
+                 for epoch in range(training["epochs"]) for rows in batches.step_rows(epoch))
     return {"train_rows": len(lengths), "sequences_trained": len(lengths) * training["epochs"],
             "tokens_trained": int(lengths.sum()) * training["epochs"],
             "padded_tokens_trained": int(padded)}
@@ -183,7 +184,8 @@ def run_pair(args, seed: int, files: dict, gold: dict, workdir: Path) -> dict:
               "data": {"train": str(files["train"]), "validation": str(files["dev"]),
                        "test": str(files["test"]), "format": "conll", "scheme": "iob2"},
               "training": {"epochs": args.epochs, "batch_size": args.batch_size,
-                           "learning_rate": args.learning_rate, "seed": seed}}
+                           "learning_rate": args.learning_rate, "seed": seed,
+                           "batch_order": args.batch_order, "micro_batches": args.micro_batches}}
     ours = run_bertkit(recipe, workdir)
     final = ours.pop("metrics")
     ours.update(dev_f1=final["final"]["validation"]["f1"], test_f1=final["final"]["test"]["f1"],
@@ -230,6 +232,10 @@ def main():
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sequence-length", type=int, default=128)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--batch-order", choices=["length_buckets", "random"], default="random",
+                        help="bertkit's training.batch_order (default: recipes/ner.yaml's)")
+    parser.add_argument("--micro-batches", type=int, default=4,
+                        help="bertkit's training.micro_batches (default: recipes/ner.yaml's)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[42],
                         help="one run of each system per seed; several give means")
     args = parser.parse_args()

@@ -3,7 +3,7 @@
 Weight decay is not applied to biases and LayerNorm parameters (BERT's
 `exclude_from_weight_decay`). Epsilon is added to the bias-corrected second
 moment, as PyTorch's and transformers' AdamW do (`BertAdamW`). Gradient
-accumulation and float16 loss scaling are Keras's own
+accumulation (also of micro-batches) and float16 loss scaling are Keras's own
 (`gradient_accumulation_steps`, `LossScaleOptimizer` added by `compile` under a
 `mixed_float16` policy).
 """
@@ -20,19 +20,28 @@ NO_DECAY = ["bias", "gamma", "beta"]  # Keras names of biases and LayerNorm scal
 class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     """0 -> peak over `warmup_steps`, then linearly down to 0 at `total_steps`.
 
+    Steps count updates. Keras calls the schedule with the count of batches it
+    was fed; under gradient accumulation `steps_per_update` of them make one
+    update, and each batch of an update gets that update's rate.
+
     Example:
         >>> schedule = WarmupLinearDecay(1.0, warmup_steps=2, total_steps=10)
         >>> [round(float(schedule(step)), 3) for step in (0, 1, 2, 6, 10)]
         [0.0, 0.5, 1.0, 0.5, 0.0]
+        >>> accumulated = WarmupLinearDecay(1.0, 2, 10, steps_per_update=4)
+        >>> [round(float(accumulated(batch)), 3) for batch in (0, 3, 4, 8)]
+        [0.0, 0.0, 0.5, 1.0]
     """
 
-    def __init__(self, peak_learning_rate: float, warmup_steps: int, total_steps: int):
+    def __init__(self, peak_learning_rate: float, warmup_steps: int, total_steps: int,
+                 steps_per_update: int = 1):
         self.peak_learning_rate = peak_learning_rate
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
+        self.steps_per_update = steps_per_update
 
     def __call__(self, step):
-        step = ops.cast(step, "float32")
+        step = ops.cast(ops.floor_divide(step, self.steps_per_update), "float32")
         warmup = step / max(self.warmup_steps, 1)
         decay = (self.total_steps - step) / max(self.total_steps - self.warmup_steps, 1)
         fraction = ops.where(step < self.warmup_steps, warmup, decay)
@@ -40,7 +49,8 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return {"peak_learning_rate": self.peak_learning_rate,
-                "warmup_steps": self.warmup_steps, "total_steps": self.total_steps}
+                "warmup_steps": self.warmup_steps, "total_steps": self.total_steps,
+                "steps_per_update": self.steps_per_update}
 
 
 @keras.saving.register_keras_serializable(package="bertkit")
@@ -84,15 +94,17 @@ class BertAdamW(keras.optimizers.AdamW):
 
 
 def make_optimizer(training, steps_per_epoch: int) -> keras.optimizers.Optimizer:
-    """AdamW for a `TrainingConfig`.
+    """AdamW for a `TrainingConfig`; `steps_per_epoch` counts the batches `fit` is fed.
 
-    Keras feeds learning-rate schedules the count of batches, accumulated or
-    not, so the schedule is laid out in batches.
+    Keras accumulates `gradient_accumulation_steps * micro_batches` of them
+    into one update; warmup and decay are laid out in updates, as in
+    transformers, so splitting batches into micro-batches leaves the learning
+    rate of every update as it was.
     """
-    accumulation = training.gradient_accumulation_steps
-    total_steps = max(1, training.epochs * steps_per_epoch)
-    schedule = WarmupLinearDecay(training.learning_rate,
-                                 int(training.warmup_ratio * total_steps), total_steps)
+    accumulation = training.gradient_accumulation_steps * training.micro_batches
+    total_updates = max(1, training.epochs * steps_per_epoch // accumulation)
+    schedule = WarmupLinearDecay(training.learning_rate, int(training.warmup_ratio * total_updates),
+                                 total_updates, steps_per_update=accumulation)
     optimizer = BertAdamW(
         learning_rate=schedule, weight_decay=training.weight_decay, epsilon=1e-6,
         global_clipnorm=training.max_grad_norm,

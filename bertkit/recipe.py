@@ -69,6 +69,13 @@ class TrainingConfig:
     bucket_lengths: tuple[int, ...] | None = _field(default=None, metadata={
         "help": "padded batch lengths to choose from; null: 16, 32, 64, 128, ... "
                 "up to sequence_length"})
+    batch_order: Literal["length_buckets", "random"] = _field(
+        default="length_buckets", metadata={
+            "help": "length_buckets: each batch from one bucket (least padding); random: "
+                    "rows drawn at random, as transformers' Trainer does"})
+    micro_batches: int = _field(default=1, metadata={
+        "min": 1, "help": "random order: split each batch by length into this many parts, "
+                          "each padded to its own bucket; the update is the whole batch's"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,16 +203,29 @@ def _build_recipe(raw: dict, file_origin, override_origin, touched: set,
         raise origin.error("missing required key 'train'", ("data", "train"))
     backbone = schema.build(BackboneConfig, raw["backbone"], origin, ("backbone",))
     backbone = _resolve_preset(backbone, origin.base_dir_for(("backbone", "preset")))
+    training = schema.build(TrainingConfig, raw.get("training") or {}, origin, ("training",))
+    _check_micro_batches(training, origin)
     return Recipe(
         schema=SCHEMA_VERSION,
         task=task_name,
         task_options=schema.build(task_class.Options, task_options, origin, ("task",)),
         backbone=backbone,
         data=data,
-        training=schema.build(TrainingConfig, raw.get("training") or {}, origin, ("training",)),
+        training=training,
         output_dir=_output_dir(raw, origin, default_output),
         source=file_origin.source,
     )
+
+
+def _check_micro_batches(training: TrainingConfig, origin) -> None:
+    if training.micro_batches == 1:
+        return
+    if training.batch_order != "random":
+        raise origin.error("micro_batches needs batch_order: random (length-bucketed batches "
+                           "are padded alike already)", ("training", "micro_batches"))
+    if training.micro_batches > training.batch_size:
+        raise origin.error(f"cannot split batches of {training.batch_size} rows into "
+                           f"{training.micro_batches} micro-batches", ("training", "micro_batches"))
 
 
 def _output_dir(raw: dict, origin, default_output: Path) -> str:

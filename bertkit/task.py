@@ -17,7 +17,9 @@ What a task declares, each as a small piece:
                        validation file (MLM holds out documents)
 `fit_state`            train examples -> JSON state saved with the model (labels)
 `featurize`            examples -> `Features` (tokenized rows, windows included)
-`make_batch`           padded batch -> (inputs, targets, sample_weights)
+`make_batch`           padded batch -> (inputs, targets, sample_weights); weights are
+                       relative (0 skips a target): training scales them so that
+                       each update's loss is their weighted mean over its batch
 `build_model`          backbone -> Keras model with the head (keras.ops only)
 `loss`, `metrics`      Keras loss and progress-bar metrics; both get make_batch's
                        sample weights

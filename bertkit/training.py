@@ -165,7 +165,8 @@ class _Trainer:
             if self.training.mixed_precision:
                 keras.config.set_dtype_policy(f"mixed_{self.training.mixed_precision}")
             with _strategy_scope(self.training.distribution,
-                                 self.training.gradient_accumulation_steps):
+                                 self.training.gradient_accumulation_steps
+                                 * self.training.micro_batches):
                 return self._train()
         finally:
             keras.config.set_dtype_policy(policy)  # a process-wide setting: leave it as found
@@ -191,7 +192,7 @@ class _Trainer:
         buckets = tuple(description["bucket_lengths"])
         eval_batch_size = training.eval_batch_size or 2 * training.batch_size
         batches = TrainingBatches(task, data.train_features, training.batch_size, buckets,
-                                  training.seed)
+                                  training.seed, training.batch_order, training.micro_batches)
 
         # ---- model
         model = task.build_model(data.pretrained.backbone)
@@ -312,7 +313,8 @@ def _strategy_scope(kind: str, accumulation: int):
     if kind == "mirrored" or (kind == "auto" and len(gpus) > 1):
         if accumulation > 1:
             raise UserError("Keras cannot accumulate gradients under tf.distribute; set "
-                            "training.gradient_accumulation_steps: 1 or distribution: one_device",
+                            "training.gradient_accumulation_steps and training.micro_batches "
+                            "to 1, or distribution: one_device",
                             key="training.gradient_accumulation_steps")
         return tf.distribute.MirroredStrategy().scope()
     return contextlib.nullcontext()

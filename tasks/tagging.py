@@ -174,11 +174,10 @@ class TaggingTask(Task):
 
     def make_batch(self, batch, training, rng):
         inputs = {key: batch[key] for key in ("token_ids", "segment_ids", "padding_mask")}
+        # Weight 0 on ignored pieces; training normalizes the weights so that
+        # the loss is the mean over labelled pieces, whatever the padding.
         labelled = (batch["labels"] != IGNORED).astype(np.float32)  # (batch, seq)
-        # Weights 0 on ignored pieces, scaled so that Keras' mean over all
-        # positions is the mean over labelled pieces, whatever the padding.
-        weights = labelled * (labelled.size / max(labelled.sum(), 1.0))
-        return inputs, np.maximum(batch["labels"], 0), weights
+        return inputs, np.maximum(batch["labels"], 0), labelled
 
     # ---- model
     def build_model(self, backbone):

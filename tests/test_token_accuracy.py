@@ -9,7 +9,7 @@ def test_compiled_metric_counts_each_labelled_piece_once_whatever_the_weight_sca
     features = rng.normal(size=(8, 6, 4)).astype("float32")  # (batch, seq, hidden)
     labels = rng.integers(0, 3, size=(8, 6))
     labelled = rng.random((8, 6)) < 0.6
-    # Two batches of 4 with different per-batch scales, as tagging's make_batch gives.
+    # Two batches of 4 with different per-batch scales, as training's normalized weights give.
     weights = labelled * np.repeat([[1.0], [7.0]], 4, axis=0)
     model = keras.Sequential([keras.Input((6, 4)), keras.layers.Dense(3)])
     model.layers[0].set_weights([rng.normal(size=(4, 3)), np.zeros(3)])  # not Keras' own draw

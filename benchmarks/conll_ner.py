@@ -18,19 +18,20 @@ keeps its last epoch.
 Measured: train sequences/second = feature rows x epochs / seconds inside training, i.e.
 inside Keras `fit` for bertkit (the per-epoch `train_seconds` of metrics.json: evaluation
 excluded, first-step tracing and the input pipeline included) and inside the PyTorch loop
-for the reference (collation included; eager, no tracing). Batching differs as each
-library does it by default: bertkit pads each batch to a bucket length (16, 32, 64, 128)
-over rows drawn at random within each bucket, HF pads each randomly drawn batch to its
-longest row; the padded tokens per sequence are shown. Wall seconds: the whole `finetune` call for
-bertkit (load, tokenize, train, dev evaluation per epoch, final dev and test evaluation,
-SavedModel export); the whole subprocess for the reference (interpreter and torch import,
-load, tokenize, train, predict dev and test). Counting bertkit's feature rows (a
+for the reference (collation included; eager, no tracing). Both draw each batch's rows at
+random, as recipes/ner.yaml does (`--batch-order length_buckets` gives bertkit's faster
+length-bucketed batches instead); bertkit splits each batch into `--micro-batches` parts
+padded to bucket lengths (16, 32, 64, 128) and accumulates them into one update, HF pads
+each batch to its longest row; the padded tokens per sequence are shown. Wall seconds: the
+whole `finetune` call for bertkit (load, tokenize, train, dev evaluation per epoch, final dev
+and test evaluation, SavedModel export); the whole subprocess for the reference (interpreter
+and torch import, load, tokenize, train, predict dev and test). Counting bertkit's feature rows (a
 `bertkit.training.featurize` call) is outside both. The two run one after the other; on a
 shared machine, `other_cores_busy` (CPUs other processes kept busy during each run, from
 /proc/stat) tells whether a timing was disturbed.
 
 F1 moves with the seed (head initialisation, batch order, dropout): test F1 of seeds 42, 1
-and 2 spanned 0.3 points on the full training set and 1.6-2.1 points on the first 4,000
+and 2 spanned 0.3-0.6 points on the full training set and 1.6-2.1 points on the first 4,000
 sentences. `--seeds 42 1 2` runs both systems at each seed and prints the means.
 
     python benchmarks/conll_ner.py --python /tmp/hfenv/bin/python        # ~35 min on 2 cores

@@ -252,9 +252,10 @@ class TrainingBatches:
     def batch(self, step: int):
         """Step `step` of the current epoch, as Keras `fit` takes it."""
         first = step - step % self.micro_batches
-        if self._made[0] != (self.epoch, first):
-            self._made = ((self.epoch, first), self._make_parts(first))
-        return self._made[1][step - first]
+        made = self._made  # one read: a PyDataset may call from several threads
+        if made[0] != (self.epoch, first):
+            made = self._made = ((self.epoch, first), self._make_parts(first))
+        return made[1][step - first]
 
     def _make_parts(self, first: int) -> list:
         """The steps of the batch that starts at step `first`, weights normalized over it."""

@@ -226,6 +226,7 @@ class TrainingBatches:
                             f"{micro_batches} micro-batches", key="training.micro_batches")
         self._steps = len(batches) * micro_batches
         self._made = (None, None)  # ((epoch, first step of a batch), its made parts)
+        self._plan, self._plan_epoch = None, None  # the current epoch's step rows
 
     def _batches(self, epoch: int) -> list:
         if self.order == "random":
@@ -259,7 +260,7 @@ class TrainingBatches:
 
     def _make_parts(self, first: int) -> list:
         """The steps of the batch that starts at step `first`, weights normalized over it."""
-        if getattr(self, "_plan_epoch", None) != self.epoch:
+        if self._plan_epoch != self.epoch:
             self._plan = self.step_rows(self.epoch)
             self._plan_epoch = self.epoch
         made = []

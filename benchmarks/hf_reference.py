@@ -16,7 +16,8 @@ epsilon is 1e-6, bertkit's value (HF's default is 1e-8), so the optimizers are t
          truncated to `--max-length` tokens as run_ner does (words past the cut get no
          prediction: they are tagged O); a word's label sits on its first sub-token, -100
          elsewhere; its predicted tag is read from its first sub-token. Writes one list of
-         tags per sentence for the dev and the test file.
+         tags per sentence for the dev and the test file (argmax, as run_ner), each word's
+         label probabilities (`labels` gives their order) for other decodings.
     qa:  `BertForQuestionAnswering`, run_qa's preprocessing (question first, truncation
          only_second, max_length 384, overlap `--stride` tokens between windows,
          overflowing tokens, offset mapping; train labels on the first answer, [CLS] when the
@@ -116,17 +117,23 @@ def ner_features(tokenizer, sentences, label_ids: dict, max_length: int) -> tupl
     return rows, word_ids
 
 
-def word_tags(logits, word_ids, num_words: int, labels: list[str]) -> tuple[list[str], int]:
+def word_tags(logits, word_ids, num_words: int, labels: list[str]) -> tuple[list, list, int]:
     """One tag per word, from its first sub-token; words cut by truncation get O.
 
-    Returns the tags and the number of words without a sub-token in the row.
+    Returns the tags, each word's label probabilities (softmax of its first
+    sub-token's logits; a cut word: O with probability 1) and the number of
+    words without a sub-token in the row.
     """
     tags, seen = ["O"] * num_words, set()
+    probabilities = np.zeros((num_words, len(labels)), dtype=np.float32)
+    probabilities[:, labels.index("O")] = 1.0
     for position, word in enumerate(word_ids):
         if word is not None and word not in seen:
             tags[word] = labels[int(np.argmax(logits[position]))]
+            shifted = np.exp(logits[position] - logits[position].max())
+            probabilities[word] = shifted / shifted.sum()
             seen.add(word)
-    return tags, num_words - len(seen)
+    return tags, probabilities.round(6).tolist(), num_words - len(seen)
 
 
 # ---- QA features (run_qa's prepare_train_features / prepare_validation_features)
@@ -292,9 +299,11 @@ def run_ner(args, tokenizer) -> dict:
         logits = predict(model, rows, collator, 2 * args.batch_size, ["logits"])["logits"]
         tagged = [word_tags(row_logits, ids, len(words), labels) for row_logits, ids, (words, _)
                   in zip(logits, word_ids, sentences, strict=True)]
-        result[f"{split}_tags"] = [tags for tags, _ in tagged]
-        result[f"{split}_truncated_words"] = sum(cut for _, cut in tagged)
-        result[f"{split}_truncated_sentences"] = sum(cut > 0 for _, cut in tagged)
+        result[f"{split}_tags"] = [tags for tags, _, _ in tagged]
+        result[f"{split}_word_probabilities"] = [words for _, words, _ in tagged]
+        result[f"{split}_truncated_words"] = sum(cut for _, _, cut in tagged)
+        result[f"{split}_truncated_sentences"] = sum(cut > 0 for _, _, cut in tagged)
+    result["labels"] = labels
     return result
 
 

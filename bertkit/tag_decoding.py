@@ -1,4 +1,8 @@
-"""Chunk decoding in TensorFlow ops: label ids in, entities out, inside a SavedModel.
+"""Tag and chunk decoding in TensorFlow ops: probabilities in, entities out, in a SavedModel.
+
+`choose_tags` picks each word's label: the most probable one, or, constrained,
+the most probable sequence of labels that the tag scheme allows (Viterbi, by
+tf-text's `viterbi_constrained_sequence`).
 
 Evaluation (`bertkit.conlleval.extract_chunks`), Python prediction and the
 exported model must agree on where an entity starts and ends. So the rule is not
@@ -16,8 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_text as text
 
 from bertkit.conlleval import OUTSIDE, chunk_ends, chunk_starts, split_tag
+
+_TINY = 1e-30  # the floor under probabilities before their log (log 0 = -inf)
 
 
 def chunk_boundary_tables(labels: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -162,18 +169,62 @@ def word_probabilities(row_logits, read_at, num_labels: int) -> list[np.ndarray]
     return probabilities
 
 
-def graph_entities(texts, byte_starts, byte_ends, word_logits, labels: list[str]) -> dict:
+def choose_tags(probabilities: tf.RaggedTensor, allowed=None) -> tf.RaggedTensor:
+    """Each word's label id, from its label probabilities.
+
+    Without `allowed`, a word's label is its most probable one (transformers'
+    rule). With `allowed`, the labels of a sentence are the sequence with the
+    highest product of probabilities among those whose every transition is
+    allowed (Viterbi): no `I-PER` after `O` in iob2, no `B-` left open in
+    bioes. A sentence that no allowed sequence fits keeps the most probable
+    labels.
+
+    Args:
+        probabilities: `[batch, (words), L]` float probabilities.
+        allowed: `[L + 1, L + 1]` bools from `bertkit.tag_schemes.allowed_transitions`
+            (index `L`: the sentence edge), or None.
+
+    Returns:
+        `[batch, (words)]` int32 label ids.
+
+    Example:
+        >>> probabilities = tf.ragged.constant(  # O, B-PER, I-PER
+        ...     [[[0.6, 0.3, 0.1], [0.3, 0.1, 0.6]]], ragged_rank=1)
+        >>> choose_tags(probabilities).to_list()  # O I-PER: ill-formed iob2
+        [[0, 2]]
+        >>> from bertkit.tag_schemes import allowed_transitions
+        >>> allowed = allowed_transitions(["O", "B-PER", "I-PER"], "iob2")
+        >>> choose_tags(probabilities, allowed).to_list()  # 0.3 x 0.6 beats 0.6 x 0.3 (O O)
+        [[1, 2]]
+    """
+    probabilities = tf.cast(probabilities, tf.float32)
+    most_probable = tf.argmax(probabilities.values, -1, output_type=tf.int32)  # (words,)
+    argmax_ids = probabilities.with_values(most_probable)  # (batch, (words))
+    if allowed is None:
+        return argmax_ids
+    log_probabilities = tf.math.log(tf.maximum(probabilities.values, _TINY))
+    best = text.viterbi_constrained_sequence(
+        probabilities.with_values(log_probabilities),
+        allowed_transitions=tf.convert_to_tensor(allowed, tf.bool),
+        use_log_space=True, use_start_and_end_states=True)  # -1 where no sequence is allowed
+    return argmax_ids.with_values(tf.where(best.values < 0, most_probable,
+                                           tf.cast(best.values, tf.int32)))
+
+
+def graph_entities(texts, byte_starts, byte_ends, word_logits, labels: list[str],
+                   allowed=None) -> dict:
     """Entities of raw texts from their words' logits, in TensorFlow ops (for SavedModels).
 
-    The same rule as Python prediction: a word's tag is its most probable
-    label, chunks come from `decode_chunks`, an entity's score is the mean
-    probability of its words' chosen tags.
+    The same rule as Python prediction: a word's tag comes from `choose_tags`
+    (constrained by `allowed` if given), chunks from `decode_chunks`, an
+    entity's score is the mean probability of its words' chosen tags.
 
     Args:
         texts: (batch,) strings.
         byte_starts, byte_ends: (batch, (words)) byte offsets of the words.
         word_logits: (words in batch, num_labels) logits, words in order.
         labels: the tag of each label id.
+        allowed: None, or the `[L + 1, L + 1]` transitions `choose_tags` keeps to.
 
     Returns:
         `entity_text`, `entity_type`, `entity_start`, `entity_end` (characters,
@@ -191,13 +242,13 @@ def graph_entities(texts, byte_starts, byte_ends, word_logits, labels: list[str]
     from bertkit.tokenizer import batch_substrings
 
     probabilities = tf.nn.softmax(tf.cast(word_logits, tf.float32))  # (words, num_labels)
-    tag_ids = byte_starts.with_values(tf.argmax(probabilities, -1, output_type=tf.int32))
+    tag_ids = choose_tags(byte_starts.with_values(probabilities), allowed)  # (batch, (words))
     chunks = decode_chunks(tag_ids, *chunk_tables(labels))  # each (batch, (entities))
     # flat word index of each entity's first and last word
     base = tf.gather(tag_ids.row_starts(), chunks["start_word"].value_rowids())
     first = base + tf.cast(chunks["start_word"].values, tf.int64)
     last = base + tf.cast(chunks["end_word"].values, tf.int64) - 1
-    chosen = tf.reduce_max(probabilities, axis=-1)
+    chosen = tf.gather(probabilities, tag_ids.values, batch_dims=1)  # (words,)
     scores = tf.reduce_mean(tf.gather(chosen, tf.ragged.range(first, last + 1)), axis=1)
     entity_texts, start, end = batch_substrings(  # characters
         tf.gather(texts, chunks["start_word"].value_rowids()),

@@ -12,6 +12,8 @@ included: `convert_tags(["O", "I-PER"], "iob2", "iob2")` gives `["O", "B-PER"]`.
 
 from __future__ import annotations
 
+import numpy as np
+
 from bertkit.conlleval import OUTSIDE, extract_chunks, split_tag
 
 SCHEMES = ("iob1", "iob2", "bioes")
@@ -105,6 +107,47 @@ def validate_tags(tags: list[str], scheme: str) -> None:
                 f"word {position + 1}: {tag!r} is not well-formed {scheme} here; "
                 f"{scheme} writes {wanted!r}"
             )
+
+
+def allowed_transitions(labels: list[str], scheme: str) -> np.ndarray:
+    """Which label may follow which in well-formed `scheme` tags (`validate_tags`' sense).
+
+    Constrained decoding (`bertkit.tag_decoding.choose_tags`) picks the most
+    probable tag sequence among those these transitions allow. Well-formedness
+    in every scheme depends only on neighbouring tags, so this table decides it.
+
+    Args:
+        labels: the tag of each label id, e.g. `["O", "B-PER", "I-PER"]`.
+        scheme: the scheme the labels are written in.
+
+    Returns:
+        `[L + 1, L + 1]` bools, `[previous_label_id, label_id]`; index `L` is the
+        sentence edge (`[L, t]`: a sentence may start with `t`; `[p, L]`: it may
+        end with `p`), the convention of `bertkit.tag_decoding`.
+
+    Example:
+        >>> allowed = allowed_transitions(["O", "B-PER", "I-PER"], "iob2")
+        >>> bool(allowed[1, 2]), bool(allowed[0, 2]), bool(allowed[3, 2])  # I-PER after B, O, edge
+        (True, False, False)
+    """
+    check_scheme(scheme)
+    tags = [split_tag(label) for label in labels] + [(OUTSIDE, "")]  # the edge reads as O
+    return np.array([[_may_follow(previous, tag, scheme) for tag in tags] for previous in tags],
+                    dtype=bool)
+
+
+def _may_follow(previous: tuple[str, str], tag: tuple[str, str], scheme: str) -> bool:
+    """Whether `tag` may directly follow `previous`, both `(prefix, type)`, in `scheme`."""
+    (previous_prefix, previous_type), (prefix, type_) = previous, tag
+    continues = previous_prefix in ("B", "I") and previous_type == type_  # inside the same chunk
+    if scheme == "iob2":  # I- only continues a chunk
+        return prefix != "I" or continues
+    if scheme == "iob1":  # B- only right after a chunk of its type
+        return prefix != "B" or continues
+    # bioes: a chunk opened by B- goes on with I- and closes with E-
+    if previous_prefix in ("B", "I"):
+        return prefix in ("I", "E") and type_ == previous_type
+    return prefix not in ("I", "E")
 
 
 def _check_prefixes(tags: list[str], scheme: str) -> None:

@@ -20,10 +20,13 @@ basic tokenization (split at whitespace and around punctuation and CJK
 characters); their character offsets come from the tokenizer's byte offsets.
 A list of words keeps its words.
 
-Decoding, shared by evaluation, `predict` and the SavedModel: a word's tag is
-the most probable label; entities are read from the tags by `decode_chunks`,
-with conlleval's rules; an entity's score is the mean, over its words, of the
-probability of the tag chosen for each word.
+Decoding, shared by evaluation, `predict` and the SavedModel
+(`bertkit.tag_decoding`): with `decoding: constrained` (the default) a
+sentence's tags are its most probable tag sequence that is well-formed in the
+model's scheme (Viterbi: no `I-PER` after `O` in iob2); with `argmax`, each
+word's most probable tag, as transformers does. Entities are read from the tags
+by `decode_chunks`, with conlleval's rules; an entity's score is the mean, over
+its words, of the probability of the tag chosen for each word.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from bertkit.conll import read_conll, read_tagged_jsonl
 from bertkit.conlleval import evaluate as conll_evaluate
 from bertkit.conlleval import format_report, split_tag
 from bertkit.errors import UserError
-from bertkit.tag_schemes import chunks_to_tags, convert_tags
+from bertkit.tag_schemes import allowed_transitions, chunks_to_tags, convert_tags
 from bertkit.task import DataFiles, Features, Task, string_inputs
 from bertkit.windows import max_context_windows, word_windows
 from bertkit.word_pieces import sentence_word_pieces
@@ -57,6 +60,10 @@ class TaggingOptions:
         "min": 1, "help": "pieces between the starts of windows over long sentences; "
                           "null: half of sequence_length - 2"})
     dropout: float = dataclasses.field(default=0.1, metadata={"min": 0.0, "max": 0.9})
+    decoding: Literal["constrained", "argmax"] = dataclasses.field(
+        default="constrained", metadata={
+            "help": "constrained: each sentence's most probable well-formed tag sequence "
+                    "(Viterbi); argmax: each word's most probable tag"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +139,13 @@ class TaggingTask(Task):
     def labels(self) -> list[str]:
         return self.state["labels"]
 
+    @property
+    def allowed_transitions(self):
+        """The label transitions decoding keeps to: None for argmax (see `choose_tags`)."""
+        if self.options.decoding == "argmax":
+            return None
+        return allowed_transitions(self.labels, self.options.scheme)
+
     def _model_tags(self, sentence) -> list[str]:
         return convert_tags(sentence.tags, self.data.scheme, self.options.scheme)
 
@@ -204,14 +218,15 @@ class TaggingTask(Task):
     def decode(self, examples, features, outputs):
         import tensorflow as tf
 
-        from bertkit.tag_decoding import chunk_tables, decode_chunks, word_probabilities
+        from bertkit import tag_decoding
 
-        probabilities = word_probabilities(outputs["logits"], features.extras["read_at"],
-                                           len(self.labels))
-        tag_ids = [p.argmax(axis=1) for p in probabilities]
-        flat = np.concatenate([np.zeros(0, np.int32), *tag_ids]).astype(np.int32)
-        chunks = decode_chunks(tf.RaggedTensor.from_row_lengths(flat, [len(t) for t in tag_ids]),
-                               *chunk_tables(self.labels))
+        probabilities = tag_decoding.word_probabilities(
+            outputs["logits"], features.extras["read_at"], len(self.labels))
+        flat = np.concatenate([np.zeros((0, len(self.labels))), *probabilities])
+        chosen = tag_decoding.choose_tags(tf.RaggedTensor.from_row_lengths(
+            flat, [len(p) for p in probabilities]), self.allowed_transitions)
+        tag_ids = [np.array(row, dtype=np.int64) for row in chosen.to_list()]
+        chunks = tag_decoding.decode_chunks(chosen, *tag_decoding.chunk_tables(self.labels))
         return [self._prediction(*row) for row in zip(
             examples, features.extras["char_offsets"], tag_ids, probabilities,
             *(chunks[key].to_list() for key in ("types", "start_word", "end_word")), strict=True)]
@@ -274,4 +289,5 @@ class TaggingTask(Task):
         logits = model({"token_ids": token_ids, "segment_ids": tf.zeros_like(token_ids),
                         "padding_mask": tf.ones_like(rows).to_tensor()}, training=False)
         word_logits = tf.gather_nd(logits, tf.stack([row, position], 1))  # (words, labels)
-        return graph_entities(texts, byte_starts, byte_ends, word_logits, self.labels)
+        return graph_entities(texts, byte_starts, byte_ends, word_logits, self.labels,
+                              self.allowed_transitions)

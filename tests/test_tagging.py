@@ -1,5 +1,6 @@
 """Tagging: IOB1 data converted, windows over long sentences, offsets, SavedModel parity."""
 
+import dataclasses
 import json
 import random
 import subprocess
@@ -94,6 +95,30 @@ def test_long_sentence_is_windowed_and_no_word_dropped(run):
     (tmp / "long.txt").write_text("\n".join(f"{word} O" for word in words))
     examples = task.read(str(tmp / "long.txt"))
     assert predict_examples(task, model.model, examples, 8, model.buckets) == [prediction]
+
+
+@pytest.mark.parametrize("decoding, tags, entities", [
+    ("argmax", ["B-LOC", "I-PER", "O"], [("LOC", 0, 1), ("PER", 1, 2)]),
+    ("constrained", ["B-PER", "I-PER", "O"], [("PER", 0, 2)]),
+])
+def test_decoding_option(run, decoding, tags, entities):
+    _, model = run
+    task = TaggingTask(dataclasses.replace(model.task.options, decoding=decoding),
+                       model.task.data, model.task.tokenizer, SEQUENCE_LENGTH, model.task.state)
+    labels = task.labels  # O B-LOC B-ORG I-ORG B-PER; the model has no I-PER: give it one
+    task.state["labels"] = labels = [*labels, "I-PER"]
+    examples = [task.parse_input(["john", "smith", "."])]
+    features = task.featurize(examples, training=False)
+    (rows, positions), = features.extras["read_at"]
+    word_probabilities = [{"B-LOC": 0.5, "B-PER": 0.4, "O": 0.1},  # argmax: B-LOC I-PER
+                          {"I-PER": 0.5, "B-PER": 0.2, "O": 0.3}, {"O": 1.0}]
+    logits = [np.full((len(ids), len(labels)), -30.0) for ids in features.columns["token_ids"]]
+    for row, position, probabilities in zip(rows, positions, word_probabilities, strict=True):
+        for tag, probability in probabilities.items():
+            logits[row][position, labels.index(tag)] = np.log(probability)
+    [prediction] = task.decode(examples, features, {"logits": logits})
+    assert prediction["tags"] == tags
+    assert [(e["type"], e["start"], e["end"]) for e in prediction["entities"]] == entities
 
 
 @pytest.mark.parametrize("sequence_length, stride", [(8, 1), (8, 6), (12, 5), (16, None)])

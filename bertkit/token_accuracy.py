@@ -1,12 +1,12 @@
 """Training accuracy over the positions the loss learns from, each counted once.
 
-Two ways of marking the positions the loss skips meet here. Tagging gives Keras
-per-position sample weights that are 0 on ignored pieces and scaled per batch,
-so that the loss is a mean over labelled pieces whatever the padding; a
-weighted accuracy would count a piece of a long padded batch more than one of
-a short batch, and the printed figure would change with the batching, so the
-weights only tell which pieces count. Masked LM gives no weights and marks its
-unused prediction slots with the target -1.
+Tagging and the masked LM give Keras per-position sample weights that are 0 on
+the positions the loss skips (ignored pieces, unused prediction slots) and
+scaled per batch, so that the loss is a mean over the positions it learns from
+whatever the padding; a weighted accuracy would count a position of a long
+padded batch more than one of a short batch, and the printed figure would
+change with the batching, so the weights only tell which positions count.
+Targets below 0 (Keras' `ignore_class` convention) are skipped too.
 """
 
 from __future__ import annotations

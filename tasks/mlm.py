@@ -191,10 +191,14 @@ class MaskedLMTask(Task):
                   "mask_positions": masked["mask_positions"]}
         if "mask_ids" not in masked:  # fill-mask queries: nothing to learn
             return inputs, None, None
-        targets = {"mlm": masked["mask_ids"]}
+        # Weight 0 on unused prediction slots (target -1): training normalizes the
+        # weights, so the loss is the mean over masked tokens however a batch is split.
+        targets = {"mlm": np.maximum(masked["mask_ids"], 0)}
+        weights = {"mlm": (masked["mask_ids"] >= 0).astype(np.float32)}
         if self.options.next_sentence_prediction:
             targets["nsp"] = batch["next_sentence"]
-        return inputs, targets, None
+            weights["nsp"] = np.ones(len(batch["next_sentence"]), np.float32)
+        return inputs, targets, weights
 
     # ---- model
     def build_model(self, backbone):
@@ -229,8 +233,7 @@ class MaskedLMTask(Task):
     def loss(self):
         import keras
 
-        losses = {"mlm": keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, ignore_class=-1)}  # mean over the masked tokens
+        losses = {"mlm": keras.losses.SparseCategoricalCrossentropy(from_logits=True)}
         if self.options.next_sentence_prediction:
             losses["nsp"] = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         return losses
@@ -240,7 +243,7 @@ class MaskedLMTask(Task):
 
         from bertkit.token_accuracy import LabelledTokenAccuracy
 
-        # shown as mlm_accuracy, nsp_accuracy; unused mask slots have the target -1
+        # shown as mlm_accuracy, nsp_accuracy; unused mask slots have the weight 0
         metrics = {"mlm": [LabelledTokenAccuracy(name="accuracy")]}
         if self.options.next_sentence_prediction:
             metrics["nsp"] = [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]

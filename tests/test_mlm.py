@@ -188,10 +188,40 @@ def test_instances_and_dynamic_masks_without_next_sentence_prediction(tmp_path):
                for ids, segments in zip(features.columns["token_ids"],
                                         features.columns["segment_ids"], strict=True))
     batch = pad_batch(features, np.arange(len(features)), (32,))
-    first, targets, _ = task.make_batch(batch, training=True, rng=np.random.default_rng(0))
+    first, targets, weights = task.make_batch(batch, training=True, rng=np.random.default_rng(0))
     second, _, _ = task.make_batch(batch, training=True, rng=np.random.default_rng(1))
-    assert list(targets) == ["mlm"] and not np.array_equal(first["token_ids"], second["token_ids"])
-    used = targets["mlm"] >= 0
+    assert list(targets) == list(weights) == ["mlm"]
+    assert not np.array_equal(first["token_ids"], second["token_ids"])
+    used = weights["mlm"] > 0  # unused prediction slots: weight 0, target 0
+    assert 0 < used.sum() < used.size and not targets["mlm"][~used].any()
     rows = np.nonzero(used)[0]
     assert np.array_equal(batch["token_ids"][rows, first["mask_positions"][used]],
                           targets["mlm"][used])
+
+
+def test_micro_batches_count_every_masked_token_and_pair_once(tmp_path):
+    from bertkit.batching import TrainingBatches, bucket_lengths
+
+    task = MaskedLMTask(MaskedLMOptions(), CorpusData("c.txt"),
+                        WordPieceTokenizer(tiny_vocabulary(), True), 64)
+    path = tmp_path / "c.txt"
+    write_corpus(path, 40)
+    features = task.featurize(task.read(str(path)), training=True)
+    batches = TrainingBatches(task, features, 16, bucket_lengths(64), seed=0, order="random",
+                              micro_batches=4)
+    steps = list(batches)
+    assert len(steps) == 4 * -(-len(features) // 16) and len(features) > 32
+    for k in range(0, len(steps), 4):
+        parts = steps[k:k + 4]
+        # Keras averages each output's weighted loss over its positions, then over
+        # the parts; with any per-position value in place of the loss, that must be
+        # its mean over the batch's masked tokens (and over its sentence pairs).
+        for name in ("mlm", "nsp"):
+            value = [np.asarray(targets[name], np.float64) + 1.0 for _, targets, _ in parts]
+            used = [weights[name] > 0 for _, _, weights in parts]
+            mean = np.mean([np.mean(weights[name] * v)
+                            for (_, _, weights), v in zip(parts, value, strict=True)])
+            expected = np.concatenate([v[u] for v, u in zip(value, used, strict=True)]).mean()
+            assert mean == pytest.approx(expected, rel=1e-5), name
+        slots = np.concatenate([w["mlm"].ravel() for _, _, w in parts])
+        assert (slots == 0).any()  # unused prediction slots weigh nothing

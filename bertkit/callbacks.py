@@ -9,7 +9,7 @@ from pathlib import Path
 
 import keras
 
-from bertkit.run_dir import write_json
+from bertkit.run_dir import read_json, write_json
 
 
 class SetEpoch(keras.callbacks.Callback):
@@ -103,15 +103,35 @@ def save_weights_atomically(model, path) -> None:
 
 
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
-    """Keras' `BackupAndRestore`, its files replaced whole instead of rewritten in place.
+    """Keras' `BackupAndRestore`, each backup committed by one atomic file replace.
 
-    Keras writes `latest.weights.h5` in place; a kill -9 during that write left
-    a file h5py cannot open, and the run could not resume. This overrides Keras'
-    private `_save_model` (same files, same contents).
+    Keras rewrites `latest.weights.h5` in place, then its epoch metadata: a kill
+    -9 during the write left a file h5py cannot open, and one between the two
+    files would pair new weights with the previous epoch number. Here each
+    backup writes its weights to a new file, then replaces the metadata, which
+    names that file: that replace is the commit, and older weight files are
+    removed after it. A run resumes from the last committed pair. Overrides
+    Keras' private `_save_model` and `_load_model`.
     """
 
     def _save_model(self):
         os.makedirs(self.backup_dir, exist_ok=True)
-        save_weights_atomically(self.model, self._weights_path)
-        write_json(self._training_metadata_path,
-                   {"epoch": self._current_epoch, "batch": self._last_batch_seen})
+        name = f"epoch-{self._current_epoch}-batch-{self._last_batch_seen}.weights.h5"
+        save_weights_atomically(self.model, Path(self.backup_dir) / name)
+        write_json(self._training_metadata_path, {  # the commit
+            "epoch": self._current_epoch, "batch": self._last_batch_seen, "weights": name})
+        for older in Path(self.backup_dir).glob("*.weights.h5"):
+            if older.name != name:
+                older.unlink(missing_ok=True)
+
+    def _load_model(self):
+        metadata_path = Path(self._training_metadata_path)
+        if not metadata_path.exists():  # nothing committed: a fresh run
+            return
+        metadata = read_json(metadata_path, "checkpoint metadata")
+        # Backups written before the commit protocol name no file: Keras' name.
+        weights = Path(self.backup_dir) / metadata.get("weights", Path(self._weights_path).name)
+        if self.model.optimizer is not None and not self.model.optimizer.built:
+            self.model.optimizer.build(self.model.trainable_variables)  # as Keras does
+        self.model.load_weights(weights)
+        self.model._initial_epoch = metadata["epoch"]

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -85,3 +86,50 @@ def test_checkpoint_files_are_replaced_whole(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         save_weights_atomically(model, target)
     assert target.read_bytes() == before  # the last good checkpoint is untouched
+
+
+def test_backup_weights_and_epoch_are_committed_together(tmp_path, monkeypatch):
+    import keras
+
+    from bertkit import callbacks
+
+    def model():
+        keras.utils.set_random_seed(0)
+        built = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        built.compile(optimizer="sgd", loss="mse")
+        return built
+
+    def weights(of):
+        return [keras.ops.convert_to_numpy(w) for w in of.weights]
+
+    def restored():
+        fresh = model()
+        restore = callbacks.AtomicBackupAndRestore(str(tmp_path / "checkpoint"))
+        restore.set_model(fresh)
+        restore.on_train_begin()
+        return fresh._initial_epoch, weights(fresh)
+
+    trained = model()
+    backup = callbacks.AtomicBackupAndRestore(str(tmp_path / "checkpoint"))
+    backup.set_model(trained)
+    backup.on_epoch_end(0)
+    after_epoch_1 = weights(trained)
+    trained.layers[0].kernel.assign(trained.layers[0].kernel + 1.0)  # epoch 2 trains
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(callbacks, "write_json", killed)  # killed before epoch 2's commit
+    with pytest.raises(KeyboardInterrupt):
+        backup.on_epoch_end(1)
+    monkeypatch.undo()
+    epoch, got = restored()
+    assert epoch == 1
+    for a, b in zip(got, after_epoch_1, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    backup.on_epoch_end(1)  # committed this time; the older weights file is removed
+    epoch, got = restored()
+    assert epoch == 2 and np.array_equal(got[0], weights(trained)[0])
+    assert [p.name for p in (tmp_path / "checkpoint").glob("*.weights.h5")] \
+        == ["epoch-2-batch-0.weights.h5"]

@@ -163,18 +163,12 @@ def bertkit_decodings(run_dir: Path, files: dict) -> dict:
 def reference_decodings(reference: dict, gold: dict) -> dict:
     """`{split}_f1_{decoding}` of the reference: its own tags, and bertkit's constrained
     decoding of the word probabilities it wrote (popped from `reference`)."""
-    import numpy as np
-    import tensorflow as tf
-
-    from bertkit.tag_decoding import choose_tags
+    from bertkit.tag_decoding import choose_tags, sentence_batch
     from bertkit.tag_schemes import allowed_transitions
 
     labels, scores = reference.pop("labels"), {}
     for split in ("dev", "test"):
-        sentences = [np.array(words, dtype=np.float32).reshape(-1, len(labels))
-                     for words in reference.pop(f"{split}_word_probabilities")]
-        probabilities = tf.RaggedTensor.from_row_lengths(
-            np.concatenate(sentences), [len(words) for words in sentences])
+        probabilities = sentence_batch(reference.pop(f"{split}_word_probabilities"), len(labels))
         chosen = choose_tags(probabilities, allowed_transitions(labels, "iob2")).to_list()
         scores[f"{split}_f1_constrained"] = evaluate_tags(
             gold[split], [[labels[i] for i in ids] for ids in chosen])

@@ -169,6 +169,20 @@ def word_probabilities(row_logits, read_at, num_labels: int) -> list[np.ndarray]
     return probabilities
 
 
+def sentence_batch(per_sentence: list, num_labels: int) -> tf.RaggedTensor:
+    """Per-sentence `(words, num_labels)` arrays as one `[batch, (words), num_labels]` tensor.
+
+    Example:
+        >>> batch = sentence_batch([np.ones((2, 3)), np.zeros((0, 3))], 3)
+        >>> batch.row_lengths().numpy().tolist(), batch.values.shape.as_list()
+        ([2, 0], [2, 3])
+    """
+    flat = np.concatenate([np.zeros((0, num_labels)),
+                           *(np.reshape(rows, (-1, num_labels)) for rows in per_sentence)])
+    return tf.RaggedTensor.from_row_lengths(flat.astype(np.float32),
+                                            [len(rows) for rows in per_sentence])
+
+
 def choose_tags(probabilities: tf.RaggedTensor, allowed=None) -> tf.RaggedTensor:
     """Each word's label id, from its label probabilities.
 

@@ -216,15 +216,12 @@ class TaggingTask(Task):
 
     # ---- outputs
     def decode(self, examples, features, outputs):
-        import tensorflow as tf
-
         from bertkit import tag_decoding
 
         probabilities = tag_decoding.word_probabilities(
             outputs["logits"], features.extras["read_at"], len(self.labels))
-        flat = np.concatenate([np.zeros((0, len(self.labels))), *probabilities])
-        chosen = tag_decoding.choose_tags(tf.RaggedTensor.from_row_lengths(
-            flat, [len(p) for p in probabilities]), self.allowed_transitions)
+        chosen = tag_decoding.choose_tags(
+            tag_decoding.sentence_batch(probabilities, len(self.labels)), self.allowed_transitions)
         tag_ids = [np.array(row, dtype=np.int64) for row in chosen.to_list()]
         chunks = tag_decoding.decode_chunks(chosen, *tag_decoding.chunk_tables(self.labels))
         return [self._prediction(*row) for row in zip(

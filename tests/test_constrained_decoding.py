@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertkit.tag_decoding import choose_tags
+from bertkit.tag_decoding import choose_tags, sentence_batch
 from bertkit.tag_schemes import allowed_transitions, validate_tags
 
 IOB = ["O"] + [f"{p}-{t}" for t in ("PER", "LOC") for p in "BI"]
@@ -79,8 +79,7 @@ def test_viterbi_finds_the_most_probable_well_formed_sequence(scheme, labels):
 
 
 def ragged(sentences, num_labels) -> tf.RaggedTensor:
-    flat = np.concatenate([np.zeros((0, num_labels)), *sentences]).astype(np.float32)
-    return tf.RaggedTensor.from_row_lengths(flat, [len(s) for s in sentences])
+    return sentence_batch(sentences, num_labels)
 
 
 def test_argmax_without_constraints_and_fallback_when_nothing_fits():

@@ -106,7 +106,7 @@ def make_optimizer(training, steps_per_epoch: int) -> keras.optimizers.Optimizer
     schedule = WarmupLinearDecay(training.learning_rate, int(training.warmup_ratio * total_updates),
                                  total_updates, steps_per_update=accumulation)
     optimizer = BertAdamW(
-        learning_rate=schedule, weight_decay=training.weight_decay, epsilon=1e-6,
+        learning_rate=schedule, weight_decay=training.weight_decay, epsilon=training.adam_epsilon,
         global_clipnorm=training.max_grad_norm,
         gradient_accumulation_steps=accumulation if accumulation > 1 else None)
     optimizer.exclude_from_weight_decay(var_names=NO_DECAY)

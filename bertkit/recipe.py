@@ -54,6 +54,8 @@ class TrainingConfig:
     warmup_ratio: float = _field(default=0.1, metadata={"min": 0.0, "max": 1.0})
     weight_decay: float = _field(default=0.01, metadata={
         "min": 0.0, "help": "AdamW decay; never applied to biases and LayerNorm"})
+    adam_epsilon: float = _field(default=1e-6, metadata={
+        "min_exclusive": 0.0, "help": "AdamW's epsilon, added after the bias correction"})
     max_grad_norm: float | None = _field(default=1.0, metadata={
         "min_exclusive": 0.0, "help": "global-norm gradient clipping; null disables it"})
     gradient_accumulation_steps: int = _field(default=1, metadata={"min": 1})

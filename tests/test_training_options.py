@@ -94,3 +94,9 @@ def test_adamw_follows_pytorch_epsilon_placement():
     stock_error = np.abs(trained(keras.optimizers.AdamW) - expected).max()
     assert stock_error > 1e-4  # the placement this class exists to change
     assert isinstance(make_optimizer(TrainingConfig(epochs=1), 10), BertAdamW)
+
+
+def test_adam_epsilon_reaches_the_optimizer():
+    assert make_optimizer(TrainingConfig(epochs=1), 10).epsilon == 1e-6  # BERT's value
+    optimizer = make_optimizer(TrainingConfig(epochs=1, adam_epsilon=1e-8), 10)
+    assert optimizer.epsilon == 1e-8  # transformers' TrainingArguments default

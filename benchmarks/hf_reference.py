@@ -25,6 +25,16 @@ epsilon is 1e-6, bertkit's value (HF's default is 1e-8), so the optimizers are t
          logits per window, spans inside the context up to `--max-answer-length` tokens, best
          start + end logit over all windows). Writes `{id: answer_text}`.
 
+    classify: `BertForSequenceClassification` on GLUE-style TSVs (`sentence`, `label`),
+         dynamic padding; writes the dev predictions after every epoch
+         (`dev_predictions_by_epoch`) and the dev labels. `--eval-each-epoch` gives ner the
+         same per-epoch dev tags (`benchmarks/learning_curve.py`).
+
+    replay: `benchmarks/training_parity.py`'s reference: trains `BertForTokenClassification`
+         on the batches bertkit made (an .npz of padded micro-batches, its head kernel, its
+         label order) in bertkit's order, from the same head, and writes the loss after each
+         micro-batch and the dev tags (argmax) of the trained model.
+
     throughput: `benchmarks/throughput.py`'s reference. One epoch over the first `--rows`
          rows of one task (`--task classification`: an SST-2 TSV with `sentence` and `label`
          columns, `BertForSequenceClassification`; `tagging`: as ner; `qa`: as qa), then two
@@ -214,8 +224,12 @@ def postprocess_qa(examples, decoding, start_logits, end_logits, n_best: int,
 
 
 # ---- training and prediction
-def train(model, rows, collator, args) -> dict:
-    """The fine-tuning loop; returns its seconds and counts (padding included in `tokens`)."""
+def train(model, rows, collator, args, after_epoch=None) -> dict:
+    """The fine-tuning loop; returns its seconds and counts (padding included in `tokens`).
+
+    `after_epoch(epoch)`, if given, runs after each epoch outside the timed loop
+    (per-epoch evaluation) and leaves the model in training mode again.
+    """
     generator = torch.Generator().manual_seed(args.seed)
     loader = torch.utils.data.DataLoader(rows, batch_size=args.batch_size, shuffle=True,
                                          collate_fn=collator, generator=generator)
@@ -231,6 +245,11 @@ def train(model, rows, collator, args) -> dict:
             if step % 50 == 0:
                 print(f"epoch {epoch + 1} step {step}/{len(loader)} loss {loss.item():.4f} "
                       f"{time.perf_counter() - started:.0f}s", flush=True)
+        if after_epoch is not None:
+            paused = time.perf_counter()
+            after_epoch(epoch)
+            model.train()
+            started += time.perf_counter() - paused  # evaluation is not training time
     seconds = time.perf_counter() - started
     return {"train_seconds": seconds, "train_rows": len(rows),
             "sequences_trained": len(rows) * args.epochs, "steps": total_steps,
@@ -292,18 +311,58 @@ def run_ner(args, tokenizer) -> dict:
         args.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_ids)
     collator = transformers.DataCollatorForTokenClassification(tokenizer)
     rows, _ = ner_features(tokenizer, train_sentences, label_ids, args.max_length)
-    result = train(model, rows, collator, args)
-    for split, path in (("dev", args.dev), ("test", args.test)):
-        sentences = read_conll(path)
-        rows, word_ids = ner_features(tokenizer, sentences, label_ids, args.max_length)
+    splits = {split: (sentences, *ner_features(tokenizer, sentences, label_ids, args.max_length))
+              for split, sentences in (("dev", read_conll(args.dev)),
+                                       ("test", read_conll(args.test)))}
+
+    def tag(split):
+        sentences, rows, word_ids = splits[split]
         logits = predict(model, rows, collator, 2 * args.batch_size, ["logits"])["logits"]
-        tagged = [word_tags(row_logits, ids, len(words), labels) for row_logits, ids, (words, _)
-                  in zip(logits, word_ids, sentences, strict=True)]
+        return [word_tags(row_logits, ids, len(words), labels) for row_logits, ids, (words, _)
+                in zip(logits, word_ids, sentences, strict=True)]
+
+    dev_tags_by_epoch = []
+    result = train(model, rows, collator, args, after_epoch=(
+        (lambda epoch: dev_tags_by_epoch.append([tags for tags, _, _ in tag("dev")]))
+        if args.eval_each_epoch else None))
+    if args.eval_each_epoch:
+        result["dev_tags_by_epoch"] = dev_tags_by_epoch
+    for split in ("dev", "test"):
+        tagged = tag(split)
         result[f"{split}_tags"] = [tags for tags, _, _ in tagged]
         result[f"{split}_word_probabilities"] = [words for _, words, _ in tagged]
         result[f"{split}_truncated_words"] = sum(cut for _, _, cut in tagged)
         result[f"{split}_truncated_sentences"] = sum(cut > 0 for _, _, cut in tagged)
     result["labels"] = labels
+    return result
+
+
+def run_classify(args, tokenizer) -> dict:
+    """`BertForSequenceClassification` on `sentence`/`label` TSVs; dev predictions per epoch."""
+    train_rows = read_sentences(args.train)
+    dev_rows = read_sentences(args.dev)
+    num_labels = max(2, 1 + max(label for _, label in train_rows))
+    model = transformers.BertForSequenceClassification.from_pretrained(
+        args.model, num_labels=num_labels)
+    collator = transformers.DataCollatorWithPadding(tokenizer)
+
+    def encode(rows, with_labels):
+        encoded = tokenizer([text for text, _ in rows], truncation=True,
+                            max_length=args.max_length)
+        return [{key: encoded[key][i] for key in encoded.keys()}
+                | ({"labels": label} if with_labels else {}) for i, (_, label) in enumerate(rows)]
+
+    dev = encode(dev_rows, with_labels=False)
+
+    def dev_predictions(epoch=None):
+        logits = predict(model, dev, collator, 2 * args.batch_size, ["logits"])["logits"]
+        return [int(np.argmax(row)) for row in logits]
+
+    by_epoch = []
+    result = train(model, encode(train_rows, with_labels=True), collator, args,
+                   after_epoch=lambda epoch: by_epoch.append(dev_predictions()))
+    result["dev_predictions_by_epoch"] = by_epoch
+    result["dev_labels"] = [label for _, label in dev_rows]
     return result
 
 
@@ -320,6 +379,53 @@ def run_qa(args, tokenizer) -> dict:
                                            args.max_answer_length)
     result["eval_rows"] = len(rows)
     return result
+
+
+# ---- replay (benchmarks/training_parity.py)
+def run_replay(args, tokenizer) -> dict:
+    """Trains on bertkit's batches, in its order, from its head; losses and dev tags."""
+    replay = np.load(args.batches)
+    labels = [str(label) for label in replay["labels"]]
+    model = transformers.BertForTokenClassification.from_pretrained(
+        args.model, num_labels=len(labels))
+    with torch.no_grad():
+        model.classifier.weight.copy_(torch.tensor(replay["kernel"].T))
+        model.classifier.bias.zero_()
+    steps, epochs = int(replay["steps_per_epoch"]), int(replay["epochs"])
+    parts = int(replay["micro_batches"])  # micro-batches per update
+    optimizer, schedule = make_optimizer(model, args, epochs * steps // parts)
+    model.train()
+    losses, total, rows = [], 0.0, 0
+    for first in range(0, epochs * steps, parts):
+        if first % steps == 0:
+            total, rows = 0.0, 0  # Keras' running mean restarts every epoch
+        batch = [{key: torch.tensor(replay[f"{key}_{first + k}"]).long()
+                  for key in ("token_ids", "padding_mask", "labels")} for k in range(parts)]
+        labelled = sum(int((part["labels"] != IGNORED).sum()) for part in batch)
+        for part in batch:  # the whole batch's mean over its labelled tokens
+            logits = model(input_ids=part["token_ids"], attention_mask=part["padding_mask"],
+                           token_type_ids=torch.zeros_like(part["token_ids"])).logits
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, len(labels)), part["labels"].reshape(-1),
+                ignore_index=IGNORED, reduction="sum") / labelled
+            loss.backward()
+            # Keras logs each micro-batch's loss scaled by the parts (its accumulation
+            # averages them) and keeps a mean weighted by rows.
+            total += float(loss) * parts * len(part["token_ids"])
+            rows += len(part["token_ids"])
+            losses.append(total / rows)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+    sentences = read_conll(args.dev)
+    dev_rows, word_ids = ner_features(tokenizer, sentences, {label: i for i, label in
+                                                          enumerate(labels)}, args.max_length)
+    logits = predict(model, dev_rows, transformers.DataCollatorForTokenClassification(tokenizer),
+                     64, ["logits"])["logits"]
+    tags = [word_tags(row_logits, ids, len(words), labels)[0] for row_logits, ids, (words, _)
+            in zip(logits, word_ids, sentences, strict=True)]
+    return {"losses": losses, "dev_tags": tags, "dev_gold": [tags for _, tags in sentences]}
 
 
 # ---- throughput (benchmarks/throughput.py)
@@ -420,6 +526,13 @@ def main():
     ner = commands.add_parser("ner", help="token classification on CoNLL files")
     ner.add_argument("--dev", required=True)
     ner.add_argument("--test", required=True)
+    ner.add_argument("--eval-each-epoch", action="store_true",
+                     help="also write the dev tags after every epoch (dev_tags_by_epoch)")
+    classify = commands.add_parser("classify", help="text classification on GLUE-style TSVs")
+    classify.add_argument("--dev", required=True)
+    replay = commands.add_parser("replay", help="train on bertkit's batches (training_parity)")
+    replay.add_argument("--batches", required=True, help="the .npz training_parity.py writes")
+    replay.add_argument("--dev", required=True)
     qa = commands.add_parser("qa", help="SQuAD v1.1 span QA")
     qa.add_argument("--eval", required=True)
     qa.add_argument("--stride", type=int, default=128, help="overlap between windows (tokens)")
@@ -433,12 +546,13 @@ def main():
     throughput.add_argument("--stride", type=int, default=128, help="qa: overlap (tokens)")
     throughput.add_argument("--matmul-size", type=int, default=0, help="0: no matmul timing")
     throughput.add_argument("--threads", type=int, default=0, help="0: torch's default")
-    for command in (ner, qa):
+    for command in (ner, classify, qa):
         command.add_argument("--epochs", type=int, required=True)
-    for command in (ner, qa, throughput):
+    for command in (ner, classify, qa, throughput, replay):
         command.add_argument("--model", required=True, help="a Hugging Face BERT folder")
-        command.add_argument("--train", required=True)
         command.add_argument("--out", required=True)
+        if command is not replay:
+            command.add_argument("--train", required=True)
         command.add_argument("--max-length", type=int, required=True)
         command.add_argument("--batch-size", type=int, required=True)
         command.add_argument("--learning-rate", type=float, required=True)
@@ -453,11 +567,12 @@ def main():
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)  # the head's initialization and dropout
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
-    run = {"ner": run_ner, "qa": run_qa, "throughput": run_throughput}[args.command]
+    run = {"ner": run_ner, "classify": run_classify, "qa": run_qa,
+           "throughput": run_throughput, "replay": run_replay}[args.command]
     result = run(args, tokenizer)
     result.update(torch_threads=torch.get_num_threads(), torch=torch.__version__,
                   transformers=transformers.__version__)
-    if args.command != "throughput":
+    if args.command not in ("throughput", "replay"):
         result["train_sequences_per_second"] = (result["sequences_trained"]
                                                 / max(result["train_seconds"], 1e-9))
         print(f"trained {result['sequences_trained']} sequences in "

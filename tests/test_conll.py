@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from bertkit.conll import TaggedSentence, read_conll, read_tagged_jsonl
-from bertkit.conlleval import extract_chunks
 from bertkit.errors import UserError
-from bertkit.tag_schemes import SCHEMES, chunks_to_tags, convert_tags, validate_tags
+from bertkit_tasks.tagging.conll import TaggedSentence, read_conll, read_tagged_jsonl
+from bertkit_tasks.tagging.conlleval import extract_chunks
+from bertkit_tasks.tagging.schemes import SCHEMES, chunks_to_tags, convert_tags, validate_tags
 
 CONLL_2003 = """-DOCSTART- -X- -X- O
 

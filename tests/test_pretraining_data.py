@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bertkit.errors import UserError
-from bertkit.pretraining_corpus import create_instances, read_corpus, truncate_pair
+from bertkit_tasks.mlm.pretraining_corpus import create_instances, read_corpus, truncate_pair
 
 # --- read_corpus -----------------------------------------------------------------------------
 

@@ -9,15 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from bertkit_tasks.span_qa import SpanQAOptions, SpanQATask
 
 import bertkit
 from bertkit.recipe import load_recipe
-from bertkit.span_decoding import answer_tokens, batch_span_candidates, span_candidates
-from bertkit.squad import QAExample
 from bertkit.testing import FILLER, POSITIVE, tiny_vocabulary, write_tiny_checkpoint
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.windows import batch_sliding_windows, sliding_windows
+from bertkit_tasks.span_qa import SpanQAOptions, SpanQATask
+from bertkit_tasks.span_qa.span_decoding import (
+    answer_tokens,
+    batch_span_candidates,
+    span_candidates,
+)
+from bertkit_tasks.span_qa.squad import QAExample
 
 WORDS = [w for w in FILLER if w not in ("what", "is", "it", ".")] + ["Zoë", "café", "Renée"]
 QUESTION = "what is it ?"

@@ -9,7 +9,6 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from bertkit_tasks.tagging import TaggingData, TaggingOptions, TaggingTask
 
 import bertkit
 from bertkit.errors import UserError
@@ -17,6 +16,7 @@ from bertkit.inference import predict_examples
 from bertkit.testing import tiny_vocabulary, write_tiny_checkpoint
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.windows import windowed_rows
+from bertkit_tasks.tagging import TaggingData, TaggingOptions, TaggingTask
 
 SEQUENCE_LENGTH = 32
 OTHER = ["the", "a", "film", "was", "very", "and", "it", "this", "visited", "works", "for", "who",

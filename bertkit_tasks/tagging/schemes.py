@@ -5,7 +5,7 @@
 - `iob2` (BIO): `B-` starts every chunk, `I-` continues it.
 - `bioes`: `S-` marks a one-word chunk; longer ones are `B-`, `I-`..., `E-`.
 
-Every scheme is read with conlleval's chunk rules (`bertkit.conlleval`), so a
+Every scheme is read with conlleval's chunk rules (`bertkit_tasks.tagging.conlleval`), so a
 conversion keeps exactly the chunks that evaluation sees, ill-formed input
 included: `convert_tags(["O", "I-PER"], "iob2", "iob2")` gives `["O", "B-PER"]`.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertkit.conlleval import OUTSIDE, extract_chunks, split_tag
+from bertkit_tasks.tagging.conlleval import OUTSIDE, extract_chunks, split_tag
 
 SCHEMES = ("iob1", "iob2", "bioes")
 _SCHEME_PREFIXES = {"iob1": ("B", "I"), "iob2": ("B", "I"), "bioes": ("B", "I", "E", "S")}
@@ -112,7 +112,7 @@ def validate_tags(tags: list[str], scheme: str) -> None:
 def allowed_transitions(labels: list[str], scheme: str) -> np.ndarray:
     """Which label may follow which in well-formed `scheme` tags (`validate_tags`' sense).
 
-    Constrained decoding (`bertkit.tag_decoding.choose_tags`) picks the most
+    Constrained decoding (`bertkit_tasks.tagging.decoding.choose_tags`) picks the most
     probable tag sequence among those these transitions allow. Well-formedness
     in every scheme depends only on neighbouring tags, so this table decides it.
 
@@ -123,7 +123,7 @@ def allowed_transitions(labels: list[str], scheme: str) -> np.ndarray:
     Returns:
         `[L + 1, L + 1]` bools, `[previous_label_id, label_id]`; index `L` is the
         sentence edge (`[L, t]`: a sentence may start with `t`; `[p, L]`: it may
-        end with `p`), the convention of `bertkit.tag_decoding`.
+        end with `p`), the convention of `bertkit_tasks.tagging.decoding`.
 
     Example:
         >>> allowed = allowed_transitions(["O", "B-PER", "I-PER"], "iob2")

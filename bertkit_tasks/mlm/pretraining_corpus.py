@@ -6,7 +6,7 @@ task plugin turns each sentence into WordPiece ids, and `create_instances` cuts
 those documents into segment pairs following Google BERT's
 `create_pretraining_data.py`. The plugin then packs each instance as
 `[CLS] A [SEP] B [SEP]` (or `[CLS] A [SEP]` without next-sentence prediction)
-and masks every batch with `bertkit.masking.mask_tokens`.
+and masks every batch with `bertkit_tasks.mlm.masking.mask_tokens`.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ characters); their character offsets come from the tokenizer's byte offsets.
 A list of words keeps its words.
 
 Decoding, shared by evaluation, `predict` and the SavedModel
-(`bertkit.tag_decoding`): with `decoding: constrained` (the default) a
+(`bertkit_tasks.tagging.decoding`): with `decoding: constrained` (the default) a
 sentence's tags are its most probable tag sequence that is well-formed in the
 model's scheme (Viterbi: no `I-PER` after `O` in iob2); with `argmax`, each
 word's most probable tag, as transformers does. Entities are read from the tags
@@ -37,14 +37,14 @@ from typing import Literal
 
 import numpy as np
 
-from bertkit.conll import read_conll, read_tagged_jsonl
-from bertkit.conlleval import evaluate as conll_evaluate
-from bertkit.conlleval import format_report, split_tag
 from bertkit.errors import UserError
-from bertkit.tag_schemes import allowed_transitions, chunks_to_tags, convert_tags
 from bertkit.task import DataFiles, Features, Task, string_inputs
 from bertkit.windows import max_context_windows, word_windows
-from bertkit.word_pieces import sentence_word_pieces
+from bertkit_tasks.tagging.conll import read_conll, read_tagged_jsonl
+from bertkit_tasks.tagging.conlleval import evaluate as conll_evaluate
+from bertkit_tasks.tagging.conlleval import format_report, split_tag
+from bertkit_tasks.tagging.schemes import allowed_transitions, chunks_to_tags, convert_tags
+from bertkit_tasks.tagging.word_pieces import sentence_word_pieces
 
 IGNORED = -100  # label of the pieces the loss skips
 Scheme = Literal["iob1", "iob2", "bioes"]
@@ -216,7 +216,7 @@ class TaggingTask(Task):
 
     # ---- outputs
     def decode(self, examples, features, outputs):
-        from bertkit import tag_decoding
+        from bertkit_tasks.tagging import decoding as tag_decoding
 
         probabilities = tag_decoding.word_probabilities(
             outputs["logits"], features.extras["read_at"], len(self.labels))
@@ -274,8 +274,8 @@ class TaggingTask(Task):
         """Raw texts -> entities, windowed and decoded in the graph as `featurize`/`decode` do."""
         import tensorflow as tf
 
-        from bertkit.tag_decoding import graph_entities
         from bertkit.windows import windowed_rows
+        from bertkit_tasks.tagging.decoding import graph_entities
 
         texts = inputs["text"]
         pieces, byte_starts, byte_ends = self.tokenizer.words_with_offsets(

@@ -3,7 +3,7 @@
 A question and its context become one model row per doc-stride window,
 `[CLS] question [SEP] window [SEP]`; a Dense(2) head scores every token as the
 start and the end of the answer. One decoding rule,
-`bertkit.span_decoding.decode_answer_spans` (TensorFlow ops), picks the best
+`bertkit_tasks.span_qa.span_decoding.decode_answer_spans` (TensorFlow ops), picks the best
 spans over all windows of an example with the max-context rule, in evaluation,
 in Python prediction and inside the SavedModel; answers are cut from the
 original context by character offsets, never detokenized.
@@ -24,8 +24,8 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.squad import QAExample, read_squad
 from bertkit.task import Features, Task, string_inputs
+from bertkit_tasks.span_qa.squad import QAExample, read_squad
 
 _field = dataclasses.field
 _MASKED_LOGIT = -1e9  # added to padding logits: out of every softmax
@@ -103,9 +103,9 @@ class SpanQATask(Task):
 
     def featurize(self, examples, training):
         """One row per window; targets are the answer's tokens in it, else [CLS] (0)."""
-        from bertkit.qa_windows import question_window_rows
-        from bertkit.span_decoding import answer_tokens
         from bertkit.tokenizer import character_offsets, tokenize_in_chunks
+        from bertkit_tasks.span_qa.qa_windows import question_window_rows
+        from bertkit_tasks.span_qa.span_decoding import answer_tokens
 
         self._check_room()
         questions = tokenize_in_chunks(self.tokenizer.tokenize, [e.question for e in examples])
@@ -158,7 +158,7 @@ class SpanQATask(Task):
 
     # ---- outputs
     def decode(self, examples, features, outputs):
-        from bertkit.span_decoding import decode_answer_rows
+        from bertkit_tasks.span_qa.span_decoding import decode_answer_rows
 
         logits, extras = outputs["logits"], features.extras
         splits = np.searchsorted(features.example_index, np.arange(len(examples) + 1))
@@ -176,7 +176,7 @@ class SpanQATask(Task):
         return predictions
 
     def _prediction(self, example, extras, rows, spans, i) -> dict:
-        from bertkit.span_decoding import answer_char_span
+        from bertkit_tasks.span_qa.span_decoding import answer_char_span
 
         n_best = []
         for window, start, end, score in zip(spans["window_index"][i], spans["start_index"][i],
@@ -203,7 +203,7 @@ class SpanQATask(Task):
         return prediction
 
     def evaluate(self, examples, predictions):
-        from bertkit import squad_eval
+        from bertkit_tasks.span_qa import squad_eval
 
         answers = _by_id(examples, predictions, "answer")
         if self.options.version == "1.1":
@@ -231,10 +231,10 @@ class SpanQATask(Task):
         `predictions.json` is `{id: answer}` as the official scripts read it; v2.0
         adds `null_odds.json` (`{id: null_score_diff}`) for their `--na-prob-file`.
         """
-        from bertkit import squad_eval
         from bertkit.inference import predict_rows
         from bertkit.run_dir import read_json, write_json
-        from bertkit.span_decoding import tuned_null_threshold
+        from bertkit_tasks.span_qa import squad_eval
+        from bertkit_tasks.span_qa.span_decoding import tuned_null_threshold
 
         if not self.data.validation:
             return
@@ -266,8 +266,8 @@ class SpanQATask(Task):
         """featurize + model + decode in TensorFlow ops, windows included."""
         import tensorflow as tf
 
-        from bertkit.qa_windows import graph_answer_text, graph_question_windows
-        from bertkit.span_decoding import batch_span_candidates, decode_answer_spans
+        from bertkit_tasks.span_qa.qa_windows import graph_answer_text, graph_question_windows
+        from bertkit_tasks.span_qa.span_decoding import batch_span_candidates, decode_answer_spans
 
         self._check_room()
         contexts = inputs["context"]

@@ -119,7 +119,7 @@ def test_empty_file_and_bad_encoding(tmp_path):
     assert user_error(read_conll, path) == f"{path}: no sentences found"
     path = tmp_path / "latin1.txt"
     path.write_bytes("a O\nM\u00fcller I-PER\n".encode("latin-1"))
-    assert user_error(read_conll, path) == f"{path}:2: not UTF-8 text"
+    assert user_error(read_conll, path) == f"{path}:2: not UTF-8 text (byte 5)"
 
 
 # ---- read_tagged_jsonl ----

@@ -38,6 +38,7 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.files import kind_from_name
 from bertkit.task import DataFiles, Features, Task, string_inputs
 from bertkit.windows import max_context_windows, word_windows
 from bertkit_tasks.tagging.conll import read_conll, read_tagged_jsonl
@@ -119,7 +120,7 @@ class TaggingTask(Task):
     # ---- data
     def read(self, path):
         jsonl = self.data.format == "jsonl" or (
-            self.data.format == "auto" and str(path).endswith((".jsonl", ".json")))
+            self.data.format == "auto" and kind_from_name(path) in ("jsonl", "json"))
         sentences = read_tagged_jsonl(path) if jsonl else read_conll(path, self.data.tag_column)
         for sentence in sentences:  # a tag outside the data's scheme fails here, not mid-run
             try:

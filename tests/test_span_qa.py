@@ -164,6 +164,16 @@ def test_learns_answers_and_no_answers(run):
     assert state["null_score_threshold"] >= final["best_f1_thresh"]  # tuned: margin above it
 
 
+def test_final_metrics_describe_the_calibrated_model(run, tmp_path):
+    final = json.loads((run / "run" / "metrics.json").read_text())["final"]["validation"]
+    model = bertkit.load(run / "run")
+    metrics = model.evaluate(run / "dev.jsonl", predictions_dir=tmp_path)
+    assert metrics["f1"] == pytest.approx(final["f1"]) and metrics["exact"] == final["exact"]
+    for name in ("predictions.json", "null_odds.json"):  # evaluate writes what finetune did
+        assert (json.loads((tmp_path / name).read_text())
+                == pytest.approx(json.loads((run / "run" / name).read_text()), abs=1e-4))
+
+
 def test_predict_matches_the_evaluation_path(run):
     model = bertkit.load(run / "run")
     dev = [json.loads(line) for line in (run / "dev.jsonl").read_text().splitlines()]

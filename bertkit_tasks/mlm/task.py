@@ -298,12 +298,13 @@ class MaskedLMTask(Task):
         raise UserError(f"expected a text with [MASK], a [text, text_pair] pair or an object "
                         f"with 'text' (and 'text_pair'), got {value!r:.80}")
 
-    def after_training(self, model, backbone, run_dir):
+    def write_artifacts(self, backbone, directory):
+        """Saves the adapted backbone as a keras-hub preset, `<run>/backbone`."""
         from bertkit.backbone import gelu_exact, save_preset
 
         exact = backbone.transformer_layers[0].activation is gelu_exact
         directory = save_preset(backbone, self.tokenizer, "gelu" if exact else "gelu_tanh",
-                                Path(run_dir.path) / "backbone")
+                                Path(directory) / "backbone")
         print(f"adapted backbone: {directory} (use it as backbone.preset)")
 
     # ---- export

@@ -225,37 +225,27 @@ class SpanQATask(Task):
         raise UserError(f"expected an object with 'question' and 'context' or a [question, "
                         f"context] pair, got {value!r:.80}")
 
-    def after_training(self, model, backbone, run):
-        """Tunes the v2.0 threshold on the validation set; writes `predictions.json` for it.
-
-        `predictions.json` is `{id: answer}` as the official scripts read it; v2.0
-        adds `null_odds.json` (`{id: null_score_diff}`) for their `--na-prob-file`.
-        """
-        from bertkit.inference import predict_rows
-        from bertkit.run_dir import read_json, write_json
-        from bertkit_tasks.span_qa import squad_eval
+    def calibrate(self, examples, predictions):
+        """v2.0 without a recipe threshold: the best-F1 no-answer threshold on validation."""
         from bertkit_tasks.span_qa.span_decoding import tuned_null_threshold
 
-        if not self.data.validation:
-            return
-        description = read_json(run.task_file)
-        examples, _ = read_squad(self.data.validation)  # read() already reported skipped answers
-        features = self.featurize(examples, training=False)
-        outputs = predict_rows(self, model, features, 2 * description["batch_size"],
-                               tuple(description["bucket_lengths"]))
-        predictions = self.decode(examples, features, outputs)
-        v2 = self.options.version == "2.0"
-        if v2 and self.options.null_score_threshold is None:
-            # In place: the description the export writes holds this same state dict.
-            self.state["null_score_threshold"] = tuned_null_threshold(
-                self.evaluate(examples, predictions)["best_f1_thresh"],
-                [p["null_score_diff"] for p in predictions])
-            write_json(run.task_file, {**description, "state": self.state})
-            predictions = self.decode(examples, features, outputs)
-        squad_eval.write_predictions(run.path / "predictions.json",
+        if self.options.version != "2.0" or self.options.null_score_threshold is not None:
+            return None
+        best = self.evaluate(examples, predictions)["best_f1_thresh"]
+        return {"null_score_threshold": tuned_null_threshold(
+            best, [p["null_score_diff"] for p in predictions])}
+
+    def write_predictions(self, examples, predictions, directory):
+        """`predictions.json`, `{id: answer}` as the official scripts read it; v2.0 adds
+        `null_odds.json` (`{id: null_score_diff}`) for their `--na-prob-file`."""
+        from pathlib import Path
+
+        from bertkit_tasks.span_qa import squad_eval
+
+        squad_eval.write_predictions(Path(directory) / "predictions.json",
                                      _by_id(examples, predictions, "answer"))
-        if v2:
-            squad_eval.write_predictions(run.path / "null_odds.json",
+        if self.options.version == "2.0":
+            squad_eval.write_predictions(Path(directory) / "null_odds.json",
                                          _by_id(examples, predictions, "null_score_diff"))
 
     # ---- export

@@ -32,7 +32,6 @@ its words, of the probability of the tag chosen for each word.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Literal
 
 import numpy as np
@@ -44,7 +43,12 @@ from bertkit.windows import max_context_windows, word_windows
 from bertkit_tasks.tagging.conll import read_conll, read_tagged_jsonl
 from bertkit_tasks.tagging.conlleval import evaluate as conll_evaluate
 from bertkit_tasks.tagging.conlleval import format_report, split_tag
-from bertkit_tasks.tagging.schemes import allowed_transitions, chunks_to_tags, convert_tags
+from bertkit_tasks.tagging.schemes import (
+    TagSchemeError,
+    allowed_transitions,
+    chunks_to_tags,
+    convert_tags,
+)
 from bertkit_tasks.tagging.word_pieces import sentence_word_pieces
 
 IGNORED = -100  # label of the pieces the loss skips
@@ -125,9 +129,8 @@ class TaggingTask(Task):
         for sentence in sentences:  # a tag outside the data's scheme fails here, not mid-run
             try:
                 convert_tags(sentence.tags, self.data.scheme, self.options.scheme)
-            except ValueError as error:  # "word 3: 'E-PER' does not belong to scheme iob2..."
-                word = re.match(r"word (\d+):", str(error))
-                line = sentence.line + (int(word[1]) - 1 if word and not jsonl else 0)
+            except TagSchemeError as error:  # a CoNLL file has a line per word
+                line = sentence.line + (0 if jsonl else error.word_index)
                 raise UserError(f"{error} (data.scheme: {self.data.scheme})",
                                 source=sentence.source, line=line) from None
         return sentences

@@ -34,74 +34,27 @@ predictions.json, and exports a SavedModel) and of the whole reference subproces
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-# A sibling script: its helpers (reference subprocess, row counts, table) are shared.
-from conll_ner import (
-    DEFAULT_DATA,
+from common import (
     PRESET,
     add_throughput,
+    argument_parser,
+    equivalent_doc_stride,
+    preset_folder,
     print_table,
     run_bertkit,
     run_reference,
+    split_questions,
     threads,
 )
 
-from bertkit.backbone import _resolve_package_path
-
-
-def split_questions(source: Path, sizes: list[int], targets: list[Path]) -> list[int]:
-    """Writes consecutive runs of `sizes` questions (in file order) as SQuAD JSON files."""
-    data = json.loads(source.read_text(encoding="utf-8"))
-    bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
-    subsets, index = [[] for _ in sizes], 0
-    for article in data["data"]:
-        for paragraph in article["paragraphs"]:
-            for qa in paragraph["qas"]:
-                part = next((i for i in range(len(sizes)) if index < bounds[i + 1]), None)
-                index += 1
-                if part is None:
-                    continue
-                articles = subsets[part]
-                if not articles or articles[-1]["title"] != article["title"]:
-                    articles.append({"title": article["title"], "paragraphs": []})
-                paragraphs = articles[-1]["paragraphs"]
-                if not paragraphs or paragraphs[-1]["context"] != paragraph["context"]:
-                    paragraphs.append({"context": paragraph["context"], "qas": []})
-                paragraphs[-1]["qas"].append(qa)
-    for articles, target in zip(subsets, targets, strict=True):
-        target.write_text(json.dumps({"version": data.get("version", "1.1"), "data": articles}),
-                          encoding="utf-8")
-    return [sum(len(paragraph["qas"]) for article in subset for paragraph in article["paragraphs"])
-            for subset in subsets]
-
-
-def equivalent_doc_stride(files: list[Path], sequence_length: int, overlap: int) -> tuple:
-    """bertkit's step between windows equal to HF's `overlap` for the median question."""
-    import tensorflow as tf
-
-    from bertkit.tokenizer import WordPieceTokenizer, read_vocabulary, vocabulary_is_cased
-    from bertkit_tasks.span_qa.squad import read_squad
-
-    vocabulary = read_vocabulary(Path(_resolve_package_path(PRESET, None)) / "vocab.txt")
-    tokenizer = WordPieceTokenizer(vocabulary, lowercase=not vocabulary_is_cased(vocabulary))
-    questions = [e.question for path in files for e in read_squad(path)[0]]
-    lengths = tokenizer.tokenize(tf.constant(questions)).row_lengths().numpy()
-    median = int(statistics.median(lengths.tolist()))
-    return sequence_length - 3 - median - overlap, median
-
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                        help="folder holding squad/dev-v1.1.json (default: ../shared/data)")
-    parser.add_argument("--python", default="python3",
-                        help="the interpreter with torch + transformers for the reference")
+    parser = argument_parser(__doc__, "folder holding squad/dev-v1.1.json")
     parser.add_argument("--train-size", type=int, default=1500, help="first N questions")
     parser.add_argument("--eval-size", type=int, default=500, help="the next M questions")
     parser.add_argument("--epochs", type=int, default=1)
@@ -140,7 +93,7 @@ def main():
 
     # ---- reference, scored by the same scorer
     reference = run_reference(args.python, "qa", {
-        "model": _resolve_package_path(PRESET, None), "train": files["train"],
+        "model": str(preset_folder()), "train": files["train"],
         "eval": files["eval"], "max_length": args.sequence_length, "stride": args.doc_stride,
         "n_best": 20, "max_answer_length": 30, "epochs": args.epochs,
         "batch_size": args.batch_size, "learning_rate": args.learning_rate,

@@ -38,6 +38,8 @@ def _import_tensorflow_quietly() -> None:
 
 
 def main(argv=None) -> int:
+    # The command's own process: TensorFlow's C++ info lines would bury its one-line errors.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     parser = _parser()
     args = parser.parse_args(argv)
     try:

@@ -61,7 +61,7 @@ def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
     from bertkit.feature_file import write_feature_file
 
     recipe = _as_recipe(recipe, overrides, sections, None)
-    data = _TaskData.read(recipe)
+    data = TaskData.read(recipe)
     out = Path(out or f"{recipe.output_dir}.features.npz")
     path = write_feature_file(out, description=data.description, train=data.train_features,
                               validation=data.validation_features,
@@ -84,8 +84,12 @@ def _as_recipe(recipe, overrides, sections, output_dir) -> Recipe:
 
 
 @dataclasses.dataclass
-class _TaskData:
-    """A run's task, backbone and featurized data, from the files or from a features file."""
+class TaskData:
+    """A run's task, backbone and featurized data, from the files or from a features file.
+
+    `TaskData.read(recipe)` prepares what `finetune` trains on, for tools that time or
+    inspect it (the benchmarks).
+    """
 
     task: object
     pretrained: object
@@ -95,7 +99,7 @@ class _TaskData:
     validation_features: object
 
     @classmethod
-    def read(cls, recipe: Recipe, state: dict | None = None) -> _TaskData:
+    def read(cls, recipe: Recipe, state: dict | None = None) -> TaskData:
         from bertkit.backbone import load_pretrained
 
         # Reading needs only the options: it runs before the model loads, so data errors
@@ -116,7 +120,7 @@ class _TaskData:
                    task.featurize(train, training=True), validation, validation_features)
 
     @classmethod
-    def from_file(cls, recipe: Recipe, path) -> _TaskData:
+    def from_file(cls, recipe: Recipe, path) -> TaskData:
         from bertkit.backbone import load_pretrained
         from bertkit.feature_file import read_feature_file
 
@@ -190,9 +194,9 @@ class _Trainer:
 
         # ---- data, backbone, features
         if self.features_file:
-            data = _TaskData.from_file(recipe, self.features_file)
+            data = TaskData.from_file(recipe, self.features_file)
         else:
-            data = _TaskData.read(recipe, self._saved_state())
+            data = TaskData.read(recipe, self._saved_state())
         task, description = data.task, data.description
         buckets = tuple(description["bucket_lengths"])
         eval_batch_size = training.eval_batch_size or 2 * training.batch_size
@@ -204,7 +208,7 @@ class _Trainer:
         task.initialize_head(model, data.pretrained.checkpoint_tensors())
         model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
                       weighted_metrics=task.metrics(),  # Keras gives plain `metrics` no weights
-                      jit_compile=_jit_compile(training.jit_compile))
+                      jit_compile=jit_compile_setting(training.jit_compile))
         save_architecture(data.pretrained, self.run.model_dir)
         write_json(self.run.task_file, description)
 
@@ -324,7 +328,8 @@ class _Validation:
         return self.task.evaluate(self.examples, self.decode(self.outputs(model)))
 
 
-def _jit_compile(setting):
+def jit_compile_setting(setting):
+    """`training.jit_compile` as Keras takes it: "auto" is XLA on a GPU and on JAX."""
     if setting != "auto":
         return setting
     import keras

@@ -68,7 +68,8 @@ import torch
 import transformers
 
 IGNORED = -100  # the label the loss skips
-_COLUMNS = re.compile(r"[ \t]+")  # as bertkit.conll: a no-break space stays inside a word
+# as bertkit_tasks.tagging.conll: a no-break space stays inside a word
+_COLUMNS = re.compile(r"[ \t]+")
 
 
 # ---- data

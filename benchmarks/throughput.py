@@ -15,7 +15,7 @@ the first `steps x batch` rows are kept (bertkit's windows and HF's truncation/o
 in conll_ner.py and squad_qa.py; same sentences and questions).
 
 Systems:
-  bertkit    the model, optimizer and batches `bertkit.finetune` builds (`_TaskData`,
+  bertkit    the model, optimizer and batches `bertkit.finetune` builds (`TaskData`,
              `task.build_model`, `make_optimizer`, `TrainingBatches`: each batch padded to a
              bucket length, rows drawn at random within each bucket), trained with Keras `fit`
              (verbose 0).
@@ -60,32 +60,30 @@ import argparse
 import dataclasses
 import functools
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")  # before TensorFlow loads: same for all
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-
-# Sibling scripts: the reference subprocess, load accounting and data subsets are shared.
-from conll_ner import (  # noqa: E402
+from common import (
     DEFAULT_DATA,
     PRESET,
+    equivalent_doc_stride,
+    preset_folder,
+    read_tsv,
     run_reference,
+    split_questions,
     threads,
     timed,
     write_first_sentences,
 )
-from squad_qa import equivalent_doc_stride, split_questions  # noqa: E402
-from sst2_classification import read_tsv  # noqa: E402
 
-from bertkit.backbone import _resolve_package_path  # noqa: E402
-from bertkit.batching import TrainingBatches  # noqa: E402
+# isort: off
+import keras  # after common, which sets TensorFlow's environment before TensorFlow loads
+import numpy as np
+# isort: on
+
+from bertkit.batching import TrainingBatches
 
 SEQUENCE_LENGTHS = {"classification": 128, "tagging": 128, "qa": 384}
 SUFFIXES = {"classification": ".tsv", "tagging": ".txt", "qa": ".json"}
@@ -222,19 +220,20 @@ def run_bertkit(recipe: dict, rows: int) -> dict:
     from bertkit.inference import predict_rows
     from bertkit.optimization import make_optimizer
     from bertkit.recipe import load_recipe
-    from bertkit.training import _jit_compile, _TaskData
+    from bertkit.training import TaskData, jit_compile_setting
 
     recipe = load_recipe(recipe)
     training = recipe.training
     keras.utils.set_random_seed(training.seed)
-    data = _TaskData.read(recipe)
+    data = TaskData.read(recipe)
     task, features = data.task, first_rows(data.train_features, rows)
     buckets = tuple(data.description["bucket_lengths"])
     batches = RecordedBatches(task, features, training.batch_size, buckets, training.seed)
     model = task.build_model(data.pretrained.backbone)
     task.initialize_head(model, data.pretrained.checkpoint_tensors())
     model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
-                  weighted_metrics=task.metrics(), jit_compile=_jit_compile(training.jit_compile))
+                  weighted_metrics=task.metrics(),
+                  jit_compile=jit_compile_setting(training.jit_compile))
     clock = StepClock()
     with timed({}) as measured:
         model.fit(batches.as_dataset(), epochs=1, callbacks=[SetEpoch(batches), clock],
@@ -297,7 +296,7 @@ def run_keras_hub(texts: list[str], labels: list[int], num_classes: int, args) -
 
     keras.utils.set_random_seed(args.seed)
     classifier, preprocessor = keras_hub_classifier(
-        Path(_resolve_package_path(PRESET, None)), num_classes, len(texts), args)
+        Path(str(preset_folder())), num_classes, len(texts), args)
     masks = preprocessor(tf.constant(texts))["padding_mask"].numpy()  # (rows, 128)
     order = np.random.default_rng(args.seed).permutation(len(texts))
 
@@ -347,7 +346,7 @@ def write_task_data(task: str, args, workdir: Path) -> dict:
 
 def run_hf(task: str, train_file: Path, args, workdir: Path, matmul_size: int) -> dict:
     return run_reference(args.python, "throughput", {
-        "task": task, "model": _resolve_package_path(PRESET, None), "train": train_file,
+        "task": task, "model": str(preset_folder()), "train": train_file,
         "rows": args.steps * batch_size(task, args), "max_length": SEQUENCE_LENGTHS[task],
         "batch_size": batch_size(task, args), "eval_batch_size": 2 * batch_size(task, args),
         "learning_rate": args.learning_rate, "seed": args.seed, "stride": HF_OVERLAP,
@@ -478,7 +477,7 @@ def main():
                            if "HF torch" in run), None)
 
     # ---- report
-    shape = model_shape(Path(_resolve_package_path(PRESET, None)))
+    shape = model_shape(Path(str(preset_folder())))
     results = {task: summarize_runs(task_runs, shape, peaks["peak"])
                for task, task_runs in runs.items()}
     print_table(results, peaks, shape, args)

@@ -14,8 +14,8 @@ import os
 
 # TensorFlow leaves its oneDNN CPU kernels off on CPUs without AVX-512 unless asked;
 # they double CPU matmul throughput there. Only effective before TensorFlow is imported.
+# (TensorFlow's log level is the user's: only the `bertkit` command quiets it.)
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from bertkit.errors import UserError  # noqa: E402
 from bertkit.recipe import Recipe, load_recipe  # noqa: E402

@@ -72,7 +72,7 @@ def set_activation(backbone, hidden_act: str) -> None:
 def load_pretrained(preset: str, *, sequence_length: int, lowercase: bool | None = None,
                     source=None) -> PretrainedBackbone:
     """Loads a backbone and tokenizer from any supported source (see module docstring)."""
-    preset = _resolve_package_path(preset, source)
+    preset = resolve_preset(preset, source)
     path = Path(preset).expanduser()
     if path.is_dir():
         loaded = _load_folder(path, source)
@@ -86,7 +86,13 @@ def load_pretrained(preset: str, *, sequence_length: int, lowercase: bool | None
     return loaded
 
 
-def _resolve_package_path(preset: str, source) -> str:
+def resolve_preset(preset: str, source=None) -> str:
+    """A `package:MODULE/SUBFOLDER` preset as the folder it names; any other preset as it is.
+
+    Example:
+        >>> resolve_preset("bert_base_en_uncased")
+        'bert_base_en_uncased'
+    """
     if not preset.startswith("package:"):
         return preset
     module, _, subfolder = preset[len("package:"):].partition("/")

@@ -129,8 +129,7 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         if not metadata_path.exists():  # nothing committed: a fresh run
             return
         metadata = read_json(metadata_path, "checkpoint metadata")
-        # Backups written before the commit protocol name no file: Keras' name.
-        weights = Path(self.backup_dir) / metadata.get("weights", Path(self._weights_path).name)
+        weights = Path(self.backup_dir) / metadata["weights"]
         if self.model.optimizer is not None and not self.model.optimizer.built:
             self.model.optimizer.build(self.model.trainable_variables)  # as Keras does
         self.model.load_weights(weights)

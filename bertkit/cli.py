@@ -38,6 +38,8 @@ def _import_tensorflow_quietly() -> None:
 
 
 def main(argv=None) -> int:
+    # The command's own process: TensorFlow's C++ info lines would bury its one-line errors.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -162,20 +164,21 @@ def _predict(args):
 
 
 def _read_inputs(path: str) -> list:
-    try:
-        handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError("file not found", source=path) from None
+    from bertkit.files import numbered_lines
+
+    if path == "-":
+        lines = (text.rstrip("\n") for text in sys.stdin)
+    else:
+        lines = (text for _, text in numbered_lines(path))
     inputs = []
-    with handle:
-        for line in (text.rstrip("\n") for text in handle):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line) if line.lstrip()[:1] in "[{\"" else line
-            except json.JSONDecodeError:
-                value = line
-            inputs.append(value)
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line) if line.lstrip()[:1] in "[{\"" else line
+        except json.JSONDecodeError:
+            value = line  # a text that merely starts like JSON
+        inputs.append(value)
     return inputs
 
 

@@ -9,7 +9,7 @@ from bertkit.backbone import load_architecture
 from bertkit.errors import UserError
 from bertkit.inference import predict_examples
 from bertkit.registry import load_task
-from bertkit.run_dir import RunDirectory, read_json, write_json
+from bertkit.run_dir import RunDirectory, read_json
 
 
 def task_description(task, sequence_length: int, batch_size: int, buckets) -> dict:
@@ -84,6 +84,3 @@ class FineTunedModel:
         from bertkit.export import export_saved_model
 
         return export_saved_model(self.task, self.model, directory, self.description)
-
-    def save_description(self) -> None:
-        write_json(self.run.task_file, self.description)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterator
-from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.files import kind_from_name, numbered_lines, read_json_lines
 
 FORMATS = ("csv", "tsv", "jsonl")
-_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
+# `bertkit.files.kind_from_name` -> format: a .txt file is TSV, a .json file JSON lines.
+_FORMAT_OF_KIND = {"csv": "csv", "tsv": "tsv", "text": "tsv", "jsonl": "jsonl", "json": "jsonl"}
 
 
 def detect_format(path, declared: str = "auto", allowed=FORMATS) -> str:
@@ -25,7 +25,7 @@ def detect_format(path, declared: str = "auto", allowed=FORMATS) -> str:
             raise UserError(f"unknown format '{declared}'; expected one of: auto, "
                             f"{', '.join(allowed)}", key="data.format")
         return declared
-    fmt = _EXTENSIONS.get(Path(path).suffix.lower())
+    fmt = _FORMAT_OF_KIND.get(kind_from_name(path))
     if fmt not in allowed:
         raise UserError(f"cannot tell the format from the file name; set data.format to one "
                         f"of: {', '.join(allowed)}", source=path)
@@ -45,26 +45,16 @@ def read_rows(path, fmt: str, columns: list[str]) -> Iterator[tuple[int, dict]]:
         >>> list(read_rows(path, "tsv", ["sentence", "label"]))
         [(2, {'sentence': 'fine film', 'label': '1'})]
     """
-    path = Path(path)
-    try:
-        handle = path.open(encoding="utf-8", newline="")
-    except FileNotFoundError:
-        raise UserError("file not found", source=path) from None
-    except OSError as error:
-        raise UserError(f"cannot read file: {error.strerror}", source=path) from None
-    with handle:
-        try:
-            if fmt == "jsonl":
-                rows = _json_rows(handle, path)
-            else:
-                rows = _delimited_rows(handle, fmt, path)
-            for line, row in rows:
-                yield line, _require(row, columns, path, line)
-        except UnicodeDecodeError:
-            raise UserError("not UTF-8 text", source=path) from None
+    if fmt == "jsonl":
+        rows = read_json_lines(path, objects=True)
+    else:
+        rows = _delimited_rows(path, fmt)
+    for line, row in rows:
+        yield line, _require(row, columns, path, line)
 
 
-def _delimited_rows(handle, fmt, path):
+def _delimited_rows(path, fmt):
+    handle = (text for _, text in numbered_lines(path, keep_ends=True))
     if fmt == "tsv":
         reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
     else:
@@ -81,19 +71,6 @@ def _delimited_rows(handle, fmt, path):
             raise UserError(f"expected {len(header)} fields ({', '.join(header)}), "
                             f"found {len(fields)}", source=path, line=reader.line_num)
         yield reader.line_num, dict(zip(header, fields, strict=True))
-
-
-def _json_rows(handle, path):
-    for line, text in enumerate(handle, start=1):
-        if not text.strip():
-            continue
-        try:
-            row = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise UserError(f"invalid JSON: {error.msg}", source=path, line=line) from None
-        if not isinstance(row, dict):
-            raise UserError("expected a JSON object", source=path, line=line)
-        yield line, row
 
 
 def _require(row: dict, columns: list[str], path, line) -> dict:

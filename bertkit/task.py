@@ -12,6 +12,8 @@ What a task declares, each as a small piece:
 `Options`              frozen dataclass of task options (recipe `task:` keys)
 `Data`                 frozen dataclass of data options, subclass of `DataFiles`
 `monitor`, `mode`      the evaluation metric that picks the best checkpoint
+`sequence_outputs`     names of model outputs with one value per token; `decode`
+                       gets them cut to each row's length
 `read`                 file -> examples (raise `UserError` with file and line)
 `split_validation`     optional: hold out part of the training data when there is no
                        validation file (MLM holds out documents)
@@ -21,13 +23,23 @@ What a task declares, each as a small piece:
                        relative (0 skips a target): training scales them so that
                        each update's loss is their weighted mean over its batch
 `build_model`          backbone -> Keras model with the head (keras.ops only)
+`initialize_head`      optional: load head weights shipped with the pretrained
+                       checkpoint (MLM's pretraining heads)
 `loss`, `metrics`      Keras loss and progress-bar metrics; both get make_batch's
                        sample weights
 `reduce_outputs`       optional: shrink a batch's outputs before they are kept
                        (MLM keeps per-row loss and top-k, not vocabulary logits)
 `decode`               model outputs -> user-facing predictions per example
 `evaluate`             examples + predictions -> metrics dict
-`write_predictions`    optional: predictions in the field's file format (SQuAD JSON)
+`format_metrics`       optional: metrics as `bertkit evaluate` prints them
+`calibrate`            optional: validation examples + the best weights' predictions
+                       -> a state update (span QA's no-answer threshold); the core
+                       saves it, decodes again and only then computes the final
+                       metrics
+`write_predictions`    optional: predictions in the field's file format (SQuAD JSON),
+                       written by `finetune` (validation) and `evaluate`
+`write_artifacts`      optional: extra files for the run directory at the end of
+                       training (MLM's adapted backbone preset)
 `parse_input`          one raw user input (str, pair, dict) -> example
 `serving_inputs`,      the exported SavedModel signature: raw strings in,
 `serve`                decoded outputs out, in TensorFlow ops
@@ -176,6 +188,14 @@ class Task:
     def evaluate(self, examples: list, predictions: list[dict]) -> dict:
         raise NotImplementedError
 
+    def calibrate(self, examples: list, predictions: list[dict]) -> dict | None:
+        """A state update tuned on the validation predictions of the best weights, or None.
+
+        The core merges it into `state`, saves it with the model, decodes the same
+        outputs again and computes the final metrics from those predictions.
+        """
+        return None
+
     def write_predictions(self, examples: list, predictions: list[dict], directory) -> None:
         """Writes evaluation predictions in the field's own format, if it has one."""
 
@@ -187,8 +207,13 @@ class Task:
         """One user input (a string, a pair, a dict) -> an example `decode` can answer."""
         raise NotImplementedError
 
-    def after_training(self, model, backbone, run_dir) -> None:
-        """Extra artifacts written at the end of a run (MLM writes a backbone preset)."""
+    def write_artifacts(self, backbone, directory) -> None:
+        """Extra files written into the run directory at the end of training.
+
+        Args:
+            backbone: the trained backbone (best weights).
+            directory: the run directory (a `pathlib.Path`).
+        """
 
     # ---- export
     def serving_inputs(self) -> dict:

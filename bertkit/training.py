@@ -61,7 +61,7 @@ def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
     from bertkit.feature_file import write_feature_file
 
     recipe = _as_recipe(recipe, overrides, sections, None)
-    data = _TaskData.read(recipe)
+    data = TaskData.read(recipe)
     out = Path(out or f"{recipe.output_dir}.features.npz")
     path = write_feature_file(out, description=data.description, train=data.train_features,
                               validation=data.validation_features,
@@ -84,8 +84,12 @@ def _as_recipe(recipe, overrides, sections, output_dir) -> Recipe:
 
 
 @dataclasses.dataclass
-class _TaskData:
-    """A run's task, backbone and featurized data, from the files or from a features file."""
+class TaskData:
+    """A run's task, backbone and featurized data, from the files or from a features file.
+
+    `TaskData.read(recipe)` prepares what `finetune` trains on, for tools that time or
+    inspect it (the benchmarks).
+    """
 
     task: object
     pretrained: object
@@ -95,40 +99,39 @@ class _TaskData:
     validation_features: object
 
     @classmethod
-    def read(cls, recipe: Recipe, state: dict | None = None) -> _TaskData:
+    def read(cls, recipe: Recipe, state: dict | None = None) -> TaskData:
         from bertkit.backbone import load_pretrained
 
-        task = recipe.task_class()(recipe.task_options, recipe.data, None,
-                                   recipe.backbone.sequence_length)
-        train = task.read(recipe.data.train)  # before the model loads: data errors come fast
+        # Reading needs only the options: it runs before the model loads, so data errors
+        # come fast; the task that featurizes is then made complete, tokenizer and state.
+        reader = _new_task(recipe)
+        train = reader.read(recipe.data.train)
         if not train:
             raise UserError("no training examples", source=recipe.data.train)
         if recipe.data.validation:
-            validation = task.read(recipe.data.validation)
+            validation = reader.read(recipe.data.validation)
         else:
-            train, validation = task.split_validation(train)
-        task.state = state if state is not None else task.fit_state(train)
+            train, validation = reader.split_validation(train)
         pretrained = cls._backbone(recipe, load_pretrained)
-        task.tokenizer = pretrained.tokenizer
+        task = _new_task(recipe, pretrained.tokenizer,
+                         state if state is not None else reader.fit_state(train))
         validation_features = task.featurize(validation, training=False) if validation else None
         return cls(task, pretrained, _description(task, recipe),
                    task.featurize(train, training=True), validation, validation_features)
 
     @classmethod
-    def from_file(cls, recipe: Recipe, path) -> _TaskData:
+    def from_file(cls, recipe: Recipe, path) -> TaskData:
         from bertkit.backbone import load_pretrained
         from bertkit.feature_file import read_feature_file
 
         stored = read_feature_file(path)
-        expected = _description(recipe.task_class()(recipe.task_options, recipe.data, None,
-                                                    recipe.backbone.sequence_length), recipe)
+        expected = _description(_new_task(recipe), recipe)
         for key in ("task", "options", "data", "sequence_length", "bucket_lengths"):
             if stored.description[key] != expected[key]:
                 raise UserError(f"was made from another recipe ({key} differs); run "
                                 "'bertkit featurize' on this recipe", source=path)
         pretrained = cls._backbone(recipe, load_pretrained)
-        task = recipe.task_class()(recipe.task_options, recipe.data, pretrained.tokenizer,
-                                   recipe.backbone.sequence_length, stored.description["state"])
+        task = _new_task(recipe, pretrained.tokenizer, stored.description["state"])
         return cls(task, pretrained, stored.description, stored.train,
                    stored.validation_examples, stored.validation)
 
@@ -137,6 +140,12 @@ class _TaskData:
         return load_pretrained(recipe.backbone.preset,
                                sequence_length=recipe.backbone.sequence_length,
                                lowercase=recipe.backbone.lowercase, source=recipe.source)
+
+
+def _new_task(recipe: Recipe, tokenizer=None, state: dict | None = None):
+    """The recipe's task; without a tokenizer it can read files, but not featurize."""
+    return recipe.task_class()(recipe.task_options, recipe.data, tokenizer,
+                               recipe.backbone.sequence_length, state)
 
 
 def _description(task, recipe: Recipe) -> dict:
@@ -185,9 +194,9 @@ class _Trainer:
 
         # ---- data, backbone, features
         if self.features_file:
-            data = _TaskData.from_file(recipe, self.features_file)
+            data = TaskData.from_file(recipe, self.features_file)
         else:
-            data = _TaskData.read(recipe, self._saved_state())
+            data = TaskData.read(recipe, self._saved_state())
         task, description = data.task, data.description
         buckets = tuple(description["bucket_lengths"])
         eval_batch_size = training.eval_batch_size or 2 * training.batch_size
@@ -199,25 +208,25 @@ class _Trainer:
         task.initialize_head(model, data.pretrained.checkpoint_tensors())
         model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
                       weighted_metrics=task.metrics(),  # Keras gives plain `metrics` no weights
-                      jit_compile=_jit_compile(training.jit_compile))
+                      jit_compile=jit_compile_setting(training.jit_compile))
         save_architecture(data.pretrained, self.run.model_dir)
         write_json(self.run.task_file, description)
-        finetuned = FineTunedModel(self.run, task, model, description)
 
         # ---- fit
-        evaluate = self._evaluator(task, data.validation, data.validation_features,
-                                   eval_batch_size, buckets)
-        history = self._fit(model, task, batches, evaluate)
+        validation = _Validation(task, data.validation, data.validation_features,
+                                 eval_batch_size, buckets) if data.validation else None
+        history = self._fit(model, task, batches, validation and validation.evaluate)
 
-        # ---- best weights, final evaluation, report, export
+        # ---- best weights, calibration, final evaluation, report, export
         model.load_weights(self.run.weights_file)
         final = {}
-        if evaluate:
-            final["validation"] = evaluate(model)
+        if validation:
+            final["validation"], description = self._calibrate(validation, model, description)
+        finetuned = FineTunedModel(self.run, task, model, description)
         if recipe.data.test and not self.features_file:
             final["test"] = finetuned.evaluate(recipe.data.test, eval_batch_size)
         self._write_results(history, final, time.time() - started)
-        task.after_training(model, data.pretrained.backbone, self.run)
+        task.write_artifacts(data.pretrained.backbone, self.run.path)
         self._export(finetuned)
         self.run.set_status(FINISHED)
         return finetuned
@@ -240,17 +249,24 @@ class _Trainer:
             shutil.rmtree(self.run.saved_model_dir)  # from an interrupted export of this run
         finetuned.export(self.run.saved_model_dir)
 
-    def _evaluator(self, task, examples, features, batch_size, buckets):
-        from bertkit.inference import predict_rows
+    def _calibrate(self, validation, model, description: dict) -> tuple[dict, dict]:
+        """The best weights' validation metrics, after the task calibrates on them.
 
-        if not examples:
-            return None
-
-        def evaluate(model):
-            outputs = predict_rows(task, model, features, batch_size, buckets)
-            return task.evaluate(examples, task.decode(examples, features, outputs))
-
-        return evaluate
+        The task's state update (e.g. span QA's tuned no-answer threshold) is saved
+        in `model/task.json` and the predictions decoded again with it, so the
+        metrics and the predictions file describe the model that is exported.
+        """
+        task = validation.task
+        outputs = validation.outputs(model)
+        predictions = validation.decode(outputs)
+        update = task.calibrate(validation.examples, predictions)
+        if update:
+            task.state = {**task.state, **update}
+            description = {**description, "state": task.state}
+            write_json(self.run.task_file, description)
+            predictions = validation.decode(outputs)
+        task.write_predictions(validation.examples, predictions, self.run.path)
+        return task.evaluate(validation.examples, predictions), description
 
     def _fit(self, model, task, batches, evaluate) -> list[dict]:
         import keras
@@ -290,7 +306,30 @@ class _Trainer:
             print(f"{split}: {shown}")
 
 
-def _jit_compile(setting):
+@dataclasses.dataclass
+class _Validation:
+    """The validation split, featurized once: predicted after every epoch and at the end."""
+
+    task: object
+    examples: list
+    features: object
+    batch_size: int
+    buckets: tuple
+
+    def outputs(self, model) -> dict:
+        from bertkit.inference import predict_rows
+
+        return predict_rows(self.task, model, self.features, self.batch_size, self.buckets)
+
+    def decode(self, outputs: dict) -> list[dict]:
+        return self.task.decode(self.examples, self.features, outputs)
+
+    def evaluate(self, model) -> dict:
+        return self.task.evaluate(self.examples, self.decode(self.outputs(model)))
+
+
+def jit_compile_setting(setting):
+    """`training.jit_compile` as Keras takes it: "auto" is XLA on a GPU and on JAX."""
     if setting != "auto":
         return setting
     import keras

@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from bertkit.errors import UserError
+from bertkit.files import read_text
 
 KeyPath = tuple  # ("training", "learning_rate")
 
@@ -43,13 +44,7 @@ def load_yaml(path) -> tuple[object, dict[KeyPath, int]]:
         ({'a': {'b': 3}}, {(): 1, ('a',): 1, ('a', 'b'): 2})
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError("file not found", source=path) from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"cannot read file: {error}", source=path) from None
-    return parse_yaml(text, source=path)
+    return parse_yaml(read_text(path), source=path)
 
 
 def parse_yaml(text: str, source="<string>") -> tuple[object, dict[KeyPath, int]]:

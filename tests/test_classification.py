@@ -9,7 +9,12 @@ import pytest
 
 import bertkit
 from bertkit.errors import UserError
-from bertkit.testing import serve_in_fresh_process, write_sentiment_tsv, write_tiny_checkpoint
+from bertkit.testing import (
+    run_task_contract_test,
+    serve_in_fresh_process,
+    write_sentiment_tsv,
+    write_tiny_checkpoint,
+)
 
 TEXTS = ["The film was great.", "A dull and boring meal.", "Really lovely cast, funny story.",
          "Weak plot, grim ending."]
@@ -31,6 +36,12 @@ def run(tmp_path_factory):
     write_sentiment_tsv(tmp_path / "dev.tsv", 60, seed=1)
     model = bertkit.finetune(recipe(tmp_path), output_dir=tmp_path / "run", verbose=0)
     return tmp_path, model
+
+
+def test_passes_the_contract_test(tmp_path):
+    train = write_sentiment_tsv(tmp_path / "train.tsv", 48)
+    run_task_contract_test("classification", train, data={"text": "sentence"},
+                           directory=tmp_path, inputs=TEXTS[:2], bad_input={"label": 1})
 
 
 def test_learns_and_writes_the_run_directory(run):

@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from bertkit.conll import TaggedSentence, read_conll, read_tagged_jsonl
-from bertkit.conlleval import extract_chunks
 from bertkit.errors import UserError
-from bertkit.tag_schemes import SCHEMES, chunks_to_tags, convert_tags, validate_tags
+from bertkit_tasks.tagging.conll import TaggedSentence, read_conll, read_tagged_jsonl
+from bertkit_tasks.tagging.conlleval import extract_chunks
+from bertkit_tasks.tagging.schemes import SCHEMES, chunks_to_tags, convert_tags, validate_tags
 
 CONLL_2003 = """-DOCSTART- -X- -X- O
 
@@ -119,7 +119,7 @@ def test_empty_file_and_bad_encoding(tmp_path):
     assert user_error(read_conll, path) == f"{path}: no sentences found"
     path = tmp_path / "latin1.txt"
     path.write_bytes("a O\nM\u00fcller I-PER\n".encode("latin-1"))
-    assert user_error(read_conll, path) == f"{path}:2: not UTF-8 text"
+    assert user_error(read_conll, path) == f"{path}:2: not UTF-8 text (byte 5)"
 
 
 # ---- read_tagged_jsonl ----

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from bertkit.conlleval import (
+from bertkit_tasks.tagging.conlleval import (
     chunk_ends,
     chunk_starts,
     evaluate,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertkit.tag_decoding import choose_tags, sentence_batch
-from bertkit.tag_schemes import allowed_transitions, validate_tags
+from bertkit_tasks.tagging.decoding import choose_tags, sentence_batch
+from bertkit_tasks.tagging.schemes import allowed_transitions, validate_tags
 
 IOB = ["O"] + [f"{p}-{t}" for t in ("PER", "LOC") for p in "BI"]
 BIOES = ["O"] + [f"{p}-{t}" for t in ("PER", "LOC") for p in "BIES"]

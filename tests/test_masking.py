@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from bertkit.masking import (
+from bertkit_tasks.mlm.masking import (
     default_max_predictions,
     is_continuation_piece,
     mask_tokens,

@@ -6,7 +6,6 @@ import sys
 
 import numpy as np
 import pytest
-from bertkit_tasks.mlm import CorpusData, MaskedLMOptions, MaskedLMTask
 from safetensors.numpy import load_file, save_file
 
 import bertkit
@@ -17,6 +16,7 @@ from bertkit.inference import predict_examples
 from bertkit.task import Features
 from bertkit.testing import tiny_vocabulary, write_sentiment_tsv, write_tiny_checkpoint
 from bertkit.tokenizer import WordPieceTokenizer
+from bertkit_tasks.mlm import CorpusData, MaskedLMOptions, MaskedLMTask
 
 SENTENCES = ["john visited paris .", "smith works for acme corp .", "the film was very good .",
              "it was quite funny ."]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bertkit.testing import write_tiny_checkpoint
+from bertkit.testing import run_task_contract_test, write_tiny_checkpoint
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "bertkit-regression"
 
@@ -76,6 +76,14 @@ def test_example_plugin_trains_predicts_and_exports(site, tmp_path):
     predicted = bertkit_cli(["predict", str(tmp_path / "run")], site, input="good good film\n")
     assert isinstance(json.loads(predicted.stdout)["score"], float)
     assert (tmp_path / "run" / "saved_model" / "saved_model.pb").exists()
+
+
+def test_example_plugin_passes_the_contract_test(site, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(site))  # the entry point is found on sys.path
+    rows = ["text\tscore"] + [f"{'good ' * (i % 4)}film\t{i % 4}" for i in range(32)]
+    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+    run_task_contract_test("regression", tmp_path / "train.tsv", directory=tmp_path,
+                           inputs=["good good film", "film"], bad_input=42)
 
 
 def test_readme_shows_the_example_plugin_verbatim():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bertkit.errors import UserError
-from bertkit.pretraining_corpus import create_instances, read_corpus, truncate_pair
+from bertkit_tasks.mlm.pretraining_corpus import create_instances, read_corpus, truncate_pair
 
 # --- read_corpus -----------------------------------------------------------------------------
 
@@ -56,7 +56,7 @@ def test_missing_file_is_a_user_error(tmp_path):
     path = tmp_path / "absent.txt"
     with pytest.raises(UserError) as caught:
         read_corpus(path)
-    assert str(caught.value) == f"{path}: cannot read corpus: No such file or directory"
+    assert str(caught.value) == f"{path}: file not found"
 
 
 def test_non_utf8_line_is_a_user_error(tmp_path):
@@ -64,7 +64,7 @@ def test_non_utf8_line_is_a_user_error(tmp_path):
     path.write_bytes(b"fine\n\xff\xfe broken\n")
     with pytest.raises(UserError) as caught:
         read_corpus(path)
-    assert str(caught.value) == f"{path}:2: not valid UTF-8"
+    assert str(caught.value) == f"{path}:2: not UTF-8 text (byte 5)"
 
 
 def test_unknown_format_is_a_user_error(tmp_path):

@@ -5,8 +5,12 @@ import random
 import numpy as np
 import tensorflow as tf
 
-from bertkit.qa_windows import graph_answer_text, graph_question_windows, question_window_rows
 from bertkit.tokenizer import WordPieceTokenizer
+from bertkit_tasks.span_qa.qa_windows import (
+    graph_answer_text,
+    graph_question_windows,
+    question_window_rows,
+)
 
 TOKENIZER = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], True)
 

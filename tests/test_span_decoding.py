@@ -1,4 +1,4 @@
-"""Tests for bertkit.span_decoding: hand cases, a brute-force reference, tracing."""
+"""Tests for bertkit_tasks.span_qa.span_decoding: hand cases, a brute-force reference, tracing."""
 
 import random
 
@@ -6,8 +6,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertkit.span_decoding import answer_char_span, decode_answer_spans, span_candidates
 from bertkit.windows import sliding_windows
+from bertkit_tasks.span_qa.span_decoding import (
+    answer_char_span,
+    decode_answer_spans,
+    span_candidates,
+)
 
 NEG = float("-inf")
 

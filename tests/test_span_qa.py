@@ -9,15 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from bertkit_tasks.span_qa import SpanQAOptions, SpanQATask
 
 import bertkit
 from bertkit.recipe import load_recipe
-from bertkit.span_decoding import answer_tokens, batch_span_candidates, span_candidates
-from bertkit.squad import QAExample
 from bertkit.testing import FILLER, POSITIVE, tiny_vocabulary, write_tiny_checkpoint
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.windows import batch_sliding_windows, sliding_windows
+from bertkit_tasks.span_qa import SpanQAOptions, SpanQATask
+from bertkit_tasks.span_qa.span_decoding import (
+    answer_tokens,
+    batch_span_candidates,
+    span_candidates,
+)
+from bertkit_tasks.span_qa.squad import QAExample
 
 WORDS = [w for w in FILLER if w not in ("what", "is", "it", ".")] + ["Zoë", "café", "Renée"]
 QUESTION = "what is it ?"
@@ -158,6 +162,16 @@ def test_learns_answers_and_no_answers(run):
     assert final["f1"] > 70 and final["best_f1"] > 70
     state = json.loads((run / "run" / "model" / "task.json").read_text())["state"]
     assert state["null_score_threshold"] >= final["best_f1_thresh"]  # tuned: margin above it
+
+
+def test_final_metrics_describe_the_calibrated_model(run, tmp_path):
+    final = json.loads((run / "run" / "metrics.json").read_text())["final"]["validation"]
+    model = bertkit.load(run / "run")
+    metrics = model.evaluate(run / "dev.jsonl", predictions_dir=tmp_path)
+    assert metrics["f1"] == pytest.approx(final["f1"]) and metrics["exact"] == final["exact"]
+    for name in ("predictions.json", "null_odds.json"):  # evaluate writes what finetune did
+        assert (json.loads((tmp_path / name).read_text())
+                == pytest.approx(json.loads((run / "run" / name).read_text()), abs=1e-4))
 
 
 def test_predict_matches_the_evaluation_path(run):

@@ -1,11 +1,11 @@
-"""Tests for bertkit.squad: SQuAD v1.1 / v2.0 JSON and JSON lines readers."""
+"""Tests for bertkit_tasks.span_qa.squad: SQuAD v1.1 / v2.0 JSON and JSON lines readers."""
 
 import json
 
 import pytest
 
 from bertkit.errors import UserError
-from bertkit.squad import QAExample, SkippedReport, read_squad
+from bertkit_tasks.span_qa.squad import QAExample, SkippedReport, read_squad
 
 CONTEXT = "Ada Lovelace wrote the first program in 1843."  # "1843" is at 40
 

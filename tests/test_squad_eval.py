@@ -1,11 +1,17 @@
-"""Tests for bertkit.squad_eval, each expected number computed by hand."""
+"""Tests for bertkit_tasks.span_qa.squad_eval, each expected number computed by hand."""
 
 import json
 
 import pytest
 
-from bertkit.squad import QAExample
-from bertkit.squad_eval import evaluate, exact_match, f1_score, normalize_answer, write_predictions
+from bertkit_tasks.span_qa.squad import QAExample
+from bertkit_tasks.span_qa.squad_eval import (
+    evaluate,
+    exact_match,
+    f1_score,
+    normalize_answer,
+    write_predictions,
+)
 
 
 def question(id_, *answers):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertkit.conlleval import extract_chunks
-from bertkit.tag_decoding import chunk_boundary_tables, chunk_type_table, decode_chunks
-from bertkit.tag_schemes import chunks_to_tags
+from bertkit_tasks.tagging.conlleval import extract_chunks
+from bertkit_tasks.tagging.decoding import chunk_boundary_tables, chunk_type_table, decode_chunks
+from bertkit_tasks.tagging.schemes import chunks_to_tags
 
 LABELS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "E-LOC", "S-LOC"]
 EDGE = len(LABELS)  # the sentence-edge id, 7
@@ -145,7 +145,7 @@ def test_survives_savedmodel_export(tmp_path):
 
 
 def test_word_probabilities_read_each_word_at_its_position():
-    from bertkit.tag_decoding import word_probabilities
+    from bertkit_tasks.tagging.decoding import word_probabilities
 
     rows = [np.array([[0.0, 0.0], [3.0, 1.0], [0.0, 0.0]]), np.array([[1.0, 1.0], [0.0, 4.0]])]
     # sentence 0: its word 0 in row 0 position 1, its word 1 in row 1 position 1
@@ -156,7 +156,7 @@ def test_word_probabilities_read_each_word_at_its_position():
 
 
 def test_graph_entities_character_offsets_and_scores():
-    from bertkit.tag_decoding import graph_entities
+    from bertkit_tasks.tagging.decoding import graph_entities
 
     labels = ["O", "B-PER", "I-PER", "B-LOC"]
     texts = tf.constant(["Zoë Ann in Köln", "", "x"])

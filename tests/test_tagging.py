@@ -9,14 +9,14 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from bertkit_tasks.tagging import TaggingData, TaggingOptions, TaggingTask
 
 import bertkit
 from bertkit.errors import UserError
 from bertkit.inference import predict_examples
-from bertkit.testing import tiny_vocabulary, write_tiny_checkpoint
+from bertkit.testing import run_task_contract_test, tiny_vocabulary, write_tiny_checkpoint
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.windows import windowed_rows
+from bertkit_tasks.tagging import TaggingData, TaggingOptions, TaggingTask
 
 SEQUENCE_LENGTH = 32
 OTHER = ["the", "a", "film", "was", "very", "and", "it", "this", "visited", "works", "for", "who",
@@ -76,6 +76,24 @@ def test_learns_iob1_data_converted_to_iob2(run):
     (tmp / "bad.txt").write_text("John NN I-PER\nlives NN E-PER\n")
     with pytest.raises(UserError, match=r"bad.txt:2: word 2: 'E-PER' does not belong"):
         model.task.read(str(tmp / "bad.txt"))
+
+
+def test_passes_the_contract_test(tmp_path):
+    def same_entities(predictions, served):
+        for i, prediction in enumerate(predictions):
+            got = [(served["entity_type"][i][j], served["entity_text"][i][j],
+                    served["entity_start"][i][j], served["entity_end"][i][j])
+                   for j in range(served["entity_count"][i])]
+            assert got == [(e["type"], e["text"], e["start"], e["end"])
+                           for e in prediction["entities"]]
+        assert any(prediction["entities"] for prediction in predictions)
+
+    write_conll(tmp_path / "train.txt", 120, seed=0)
+    run_task_contract_test("tagging", tmp_path / "train.txt", data={"scheme": "iob1"},
+                           training={"epochs": 6, "batch_size": 16}, directory=tmp_path,
+                           compare=same_entities,
+                           bad_input=7,
+                           inputs=["Mr Smith visited Paris.", "mr ann in rome and acme corp"])
 
 
 def test_long_sentence_is_windowed_and_no_word_dropped(run):

@@ -65,8 +65,12 @@ class RegressionTask(Task):
                 "pearson": float(np.nan_to_num(pearson))}
 
     def parse_input(self, value):
-        text, pair = (value, None) if isinstance(value, str) else value
-        return (text, pair, 0.0)
+        if isinstance(value, str):
+            return (value, None, 0.0)
+        if isinstance(value, (list, tuple)) and len(value) == 2 and all(
+                isinstance(text, str) for text in value):
+            return (value[0], value[1], 0.0)
+        raise UserError(f"expected a text or a [text, text_pair] pair, got {value!r:.80}")
 
     def serving_inputs(self):
         return string_inputs("text", "text_pair") if self.data.text_pair else string_inputs("text")

@@ -3,7 +3,7 @@
 A question and its context become one model row per doc-stride window,
 `[CLS] question [SEP] window [SEP]`; a Dense(2) head scores every token as the
 start and the end of the answer. One decoding rule,
-`bertkit.span_decoding.decode_answer_spans` (TensorFlow ops), picks the best
+`bertkit_tasks.span_qa.span_decoding.decode_answer_spans` (TensorFlow ops), picks the best
 spans over all windows of an example with the max-context rule, in evaluation,
 in Python prediction and inside the SavedModel; answers are cut from the
 original context by character offsets, never detokenized.
@@ -24,8 +24,8 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.squad import QAExample, read_squad
 from bertkit.task import Features, Task, string_inputs
+from bertkit_tasks.span_qa.squad import QAExample, read_squad
 
 _field = dataclasses.field
 _MASKED_LOGIT = -1e9  # added to padding logits: out of every softmax
@@ -103,9 +103,9 @@ class SpanQATask(Task):
 
     def featurize(self, examples, training):
         """One row per window; targets are the answer's tokens in it, else [CLS] (0)."""
-        from bertkit.qa_windows import question_window_rows
-        from bertkit.span_decoding import answer_tokens
         from bertkit.tokenizer import character_offsets, tokenize_in_chunks
+        from bertkit_tasks.span_qa.qa_windows import question_window_rows
+        from bertkit_tasks.span_qa.span_decoding import answer_tokens
 
         self._check_room()
         questions = tokenize_in_chunks(self.tokenizer.tokenize, [e.question for e in examples])
@@ -158,7 +158,7 @@ class SpanQATask(Task):
 
     # ---- outputs
     def decode(self, examples, features, outputs):
-        from bertkit.span_decoding import decode_answer_rows
+        from bertkit_tasks.span_qa.span_decoding import decode_answer_rows
 
         logits, extras = outputs["logits"], features.extras
         splits = np.searchsorted(features.example_index, np.arange(len(examples) + 1))
@@ -176,7 +176,7 @@ class SpanQATask(Task):
         return predictions
 
     def _prediction(self, example, extras, rows, spans, i) -> dict:
-        from bertkit.span_decoding import answer_char_span
+        from bertkit_tasks.span_qa.span_decoding import answer_char_span
 
         n_best = []
         for window, start, end, score in zip(spans["window_index"][i], spans["start_index"][i],
@@ -203,7 +203,7 @@ class SpanQATask(Task):
         return prediction
 
     def evaluate(self, examples, predictions):
-        from bertkit import squad_eval
+        from bertkit_tasks.span_qa import squad_eval
 
         answers = _by_id(examples, predictions, "answer")
         if self.options.version == "1.1":
@@ -225,37 +225,27 @@ class SpanQATask(Task):
         raise UserError(f"expected an object with 'question' and 'context' or a [question, "
                         f"context] pair, got {value!r:.80}")
 
-    def after_training(self, model, backbone, run):
-        """Tunes the v2.0 threshold on the validation set; writes `predictions.json` for it.
+    def calibrate(self, examples, predictions):
+        """v2.0 without a recipe threshold: the best-F1 no-answer threshold on validation."""
+        from bertkit_tasks.span_qa.span_decoding import tuned_null_threshold
 
-        `predictions.json` is `{id: answer}` as the official scripts read it; v2.0
-        adds `null_odds.json` (`{id: null_score_diff}`) for their `--na-prob-file`.
-        """
-        from bertkit import squad_eval
-        from bertkit.inference import predict_rows
-        from bertkit.run_dir import read_json, write_json
-        from bertkit.span_decoding import tuned_null_threshold
+        if self.options.version != "2.0" or self.options.null_score_threshold is not None:
+            return None
+        best = self.evaluate(examples, predictions)["best_f1_thresh"]
+        return {"null_score_threshold": tuned_null_threshold(
+            best, [p["null_score_diff"] for p in predictions])}
 
-        if not self.data.validation:
-            return
-        description = read_json(run.task_file)
-        examples, _ = read_squad(self.data.validation)  # read() already reported skipped answers
-        features = self.featurize(examples, training=False)
-        outputs = predict_rows(self, model, features, 2 * description["batch_size"],
-                               tuple(description["bucket_lengths"]))
-        predictions = self.decode(examples, features, outputs)
-        v2 = self.options.version == "2.0"
-        if v2 and self.options.null_score_threshold is None:
-            # In place: the description the export writes holds this same state dict.
-            self.state["null_score_threshold"] = tuned_null_threshold(
-                self.evaluate(examples, predictions)["best_f1_thresh"],
-                [p["null_score_diff"] for p in predictions])
-            write_json(run.task_file, {**description, "state": self.state})
-            predictions = self.decode(examples, features, outputs)
-        squad_eval.write_predictions(run.path / "predictions.json",
+    def write_predictions(self, examples, predictions, directory):
+        """`predictions.json`, `{id: answer}` as the official scripts read it; v2.0 adds
+        `null_odds.json` (`{id: null_score_diff}`) for their `--na-prob-file`."""
+        from pathlib import Path
+
+        from bertkit_tasks.span_qa import squad_eval
+
+        squad_eval.write_predictions(Path(directory) / "predictions.json",
                                      _by_id(examples, predictions, "answer"))
-        if v2:
-            squad_eval.write_predictions(run.path / "null_odds.json",
+        if self.options.version == "2.0":
+            squad_eval.write_predictions(Path(directory) / "null_odds.json",
                                          _by_id(examples, predictions, "null_score_diff"))
 
     # ---- export
@@ -266,8 +256,8 @@ class SpanQATask(Task):
         """featurize + model + decode in TensorFlow ops, windows included."""
         import tensorflow as tf
 
-        from bertkit.qa_windows import graph_answer_text, graph_question_windows
-        from bertkit.span_decoding import batch_span_candidates, decode_answer_spans
+        from bertkit_tasks.span_qa.qa_windows import graph_answer_text, graph_question_windows
+        from bertkit_tasks.span_qa.span_decoding import batch_span_candidates, decode_answer_spans
 
         self._check_room()
         contexts = inputs["context"]

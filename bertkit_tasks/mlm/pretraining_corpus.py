@@ -6,19 +6,18 @@ task plugin turns each sentence into WordPiece ids, and `create_instances` cuts
 those documents into segment pairs following Google BERT's
 `create_pretraining_data.py`. The plugin then packs each instance as
 `[CLS] A [SEP] B [SEP]` (or `[CLS] A [SEP]` without next-sentence prediction)
-and masks every batch with `bertkit.masking.mask_tokens`.
+and masks every batch with `bertkit_tasks.mlm.masking.mask_tokens`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import reprlib
-from pathlib import Path
 
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.files import kind_from_name, numbered_lines, parse_json
 
 CORPUS_FORMATS = ("text", "jsonl")
 
@@ -59,23 +58,10 @@ def read_corpus(path, format: str = "text") -> list[list[str]]:
     """
     if format not in CORPUS_FORMATS:
         raise UserError(f"unknown corpus format {format!r}; expected one of: text, jsonl")
-    lines = _numbered_lines(path)
+    lines = numbered_lines(path)
     if format == "text":
         return _text_documents(lines)
     return _jsonl_documents(lines, path)
-
-
-def _numbered_lines(path):
-    """Yields `(line_number, line)` from a UTF-8 file, streaming (corpora can be large)."""
-    try:
-        with open(path, "rb") as file:
-            for number, raw_line in enumerate(file, start=1):
-                try:
-                    yield number, raw_line.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise UserError("not valid UTF-8", source=path, line=number) from None
-    except OSError as error:
-        raise UserError(f"cannot read corpus: {error.strerror}", source=path) from None
 
 
 def _text_documents(lines) -> list[list[str]]:
@@ -101,10 +87,7 @@ def _jsonl_documents(lines, path) -> list[list[str]]:
 
 
 def _jsonl_text(line: str, path, number: int) -> str:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise UserError(f"invalid JSON: {error.msg}", source=path, line=number) from None
+    record = parse_json(line, path, number)
     if not isinstance(record, dict):
         message = f'expected an object with a "text" key, got {reprlib.repr(record)}'
         raise UserError(message, source=path, line=number)
@@ -318,4 +301,4 @@ def corpus_format(path, format: str) -> str:
     """
     if format != "auto":
         return format
-    return "jsonl" if Path(path).suffix.lower() in (".jsonl", ".json", ".ndjson") else "text"
+    return "jsonl" if kind_from_name(path) in ("jsonl", "json") else "text"

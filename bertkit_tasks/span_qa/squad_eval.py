@@ -26,7 +26,7 @@ import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bertkit.squad import QAExample
+from bertkit_tasks.span_qa.squad import QAExample
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)

@@ -7,9 +7,9 @@ import dataclasses
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.metrics import confusion_matrix, macro_f1, matthews_corrcoef
 from bertkit.tabular import detect_format, read_rows
 from bertkit.task import DataFiles, Features, Task, string_inputs
+from bertkit_tasks.classification.metrics import confusion_matrix, macro_f1, matthews_corrcoef
 
 
 @dataclasses.dataclass(frozen=True)

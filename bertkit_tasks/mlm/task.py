@@ -17,8 +17,10 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.fill_mask import encode_queries, mask_positions
-from bertkit.masking import (
+from bertkit.task import DataFiles, Features, Task, string_inputs
+from bertkit.tokenizer import split_rows, tokenize_in_chunks
+from bertkit_tasks.mlm.fill_mask import encode_queries, mask_positions
+from bertkit_tasks.mlm.masking import (
     default_max_predictions,
     is_continuation_piece,
     mask_tokens,
@@ -26,10 +28,13 @@ from bertkit.masking import (
     top_predictions,
     word_start_mask,
 )
-from bertkit.pretraining_corpus import corpus_format, create_instances, pack_instance, read_corpus
-from bertkit.pretraining_heads import pretraining_head_weights
-from bertkit.task import DataFiles, Features, Task, string_inputs
-from bertkit.tokenizer import split_rows, tokenize_in_chunks
+from bertkit_tasks.mlm.pretraining_corpus import (
+    corpus_format,
+    create_instances,
+    pack_instance,
+    read_corpus,
+)
+from bertkit_tasks.mlm.pretraining_heads import pretraining_head_weights
 
 _field = dataclasses.field
 
@@ -293,12 +298,13 @@ class MaskedLMTask(Task):
         raise UserError(f"expected a text with [MASK], a [text, text_pair] pair or an object "
                         f"with 'text' (and 'text_pair'), got {value!r:.80}")
 
-    def after_training(self, model, backbone, run_dir):
+    def write_artifacts(self, backbone, directory):
+        """Saves the adapted backbone as a keras-hub preset, `<run>/backbone`."""
         from bertkit.backbone import gelu_exact, save_preset
 
         exact = backbone.transformer_layers[0].activation is gelu_exact
         directory = save_preset(backbone, self.tokenizer, "gelu" if exact else "gelu_tanh",
-                                Path(run_dir.path) / "backbone")
+                                Path(directory) / "backbone")
         print(f"adapted backbone: {directory} (use it as backbone.preset)")
 
     # ---- export

@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.files import json_lines, kind_from_name, parse_json, read_text
 
 # How many question ids a SkippedReport names; the count covers all of them.
 MAX_REPORTED_IDS = 5
-
-_JSON_LINES_SUFFIXES = (".jsonl", ".jsonlines", ".ndjson")
-
 
 @dataclasses.dataclass(frozen=True)
 class QAExample:
@@ -99,8 +96,8 @@ def read_squad(path) -> tuple[list[QAExample], SkippedReport]:
         >>> examples[0].answers, examples[0].answer_starts, bool(skipped)
         (('Ada',), (0,), False)
     """
-    text = _read_text(path)
-    if Path(path).suffix.lower() in _JSON_LINES_SUFFIXES:
+    text = read_text(path)
+    if kind_from_name(path) == "jsonl":
         records = _json_lines_records(text, path)
     else:
         records = _json_records(text, path)
@@ -111,22 +108,13 @@ def read_squad(path) -> tuple[list[QAExample], SkippedReport]:
 # `where` holds the UserError location: {"line": n} or {"key": "data[0]..."}.
 
 
-def _read_text(path) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError("file not found", source=path) from None
-    except UnicodeDecodeError as error:
-        raise UserError(f"not UTF-8 text (byte {error.start})", source=path) from None
-
-
 def _json_records(text: str, path) -> list[tuple[dict, dict]]:
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
         if error.msg == "Extra data" and error.lineno > 1:
             return _json_lines_records(text, path)  # several JSON values: JSON lines
-        raise UserError(f"invalid JSON: {error.msg}", source=path, line=error.lineno) from None
+        document = parse_json(text, path)  # raises the error in the house's words
     if isinstance(document, dict) and "data" in document:
         return _squad_records(document["data"], path)
     if isinstance(document, dict) and "question" in document:
@@ -166,19 +154,10 @@ def _squad_question(qa, context: str, path, where: dict) -> dict:
 
 
 def _json_lines_records(text: str, path) -> list[tuple[dict, dict]]:
-    records = []
     # Not splitlines(): U+2028 and friends may sit unescaped inside JSON strings.
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise UserError(f"invalid JSON: {error.msg}", source=path, line=number) from None
-        if not isinstance(record, dict):
-            raise UserError("expected a JSON object", source=path, line=number)
-        records.append((record, {"line": number}))
-    return records
+    lines = enumerate(text.split("\n"), start=1)
+    return [(record, {"line": number})
+            for number, record in json_lines(lines, path, objects=True)]
 
 
 def _build_examples(records, path) -> tuple[list[QAExample], SkippedReport]:

@@ -7,7 +7,6 @@ reported as `file:line`. Every problem in the file itself raises `UserError`.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from bertkit.errors import UserError
+from bertkit.files import parse_json, read_text
 
 DOCSTART = "-DOCSTART-"
 # Spaces and tabs only: str.split() would also split on the no-break spaces some tokens hold.
@@ -68,7 +68,7 @@ def read_conll(path: str | Path, tag_column: int = -1) -> list[TaggedSentence]:
         >>> directory.cleanup()
     """
     source, sentences, layout = str(path), [], None
-    for block in _sentence_blocks(_read_text(path).split("\n")):
+    for block in _sentence_blocks(read_text(path).split("\n")):
         if layout is None:  # the first word's line sets the column count for the whole file
             layout = _column_layout(block[0], tag_column, source)
         for line, columns in block:
@@ -106,7 +106,7 @@ def read_tagged_jsonl(path: str | Path) -> list[TaggedSentence]:
         >>> directory.cleanup()
     """
     source, sentences = str(path), []
-    for line, text in enumerate(_read_text(path).split("\n"), start=1):
+    for line, text in enumerate(read_text(path).split("\n"), start=1):
         if text.strip():
             record = _json_object(text, source, line)
             tokens, tags = (_string_list(record, key, source, line) for key in ("tokens", "tags"))
@@ -116,24 +116,6 @@ def read_tagged_jsonl(path: str | Path) -> list[TaggedSentence]:
                 )
             sentences.append(TaggedSentence(tuple(tokens), tuple(tags), source, line))
     return _non_empty(sentences, source)
-
-
-def _read_text(path: str | Path) -> str:
-    """The file's text with `\\n` line endings; its problems as `UserError`s."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UserError("file not found", source=path) from None
-    except IsADirectoryError:
-        raise UserError("is a directory, expected a file", source=path) from None
-    except OSError as error:
-        raise UserError(f"cannot read the file: {error.strerror}", source=path) from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise UserError("not UTF-8 text", source=path, line=line) from None
-    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _sentence_blocks(lines: list[str]) -> Iterator[list[tuple[int, list[str]]]]:
@@ -172,10 +154,7 @@ def _column_layout(first: tuple[int, list[str]], tag_column: int, source: str) -
 
 
 def _json_object(text: str, source: str, line: int) -> dict:
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise UserError(f"invalid JSON: {error.msg}", source=source, line=line) from None
+    record = parse_json(text, source, line)
     if not isinstance(record, dict):
         raise UserError(
             'expected a JSON object like {"tokens": [...], "tags": [...]}',

@@ -5,7 +5,7 @@
 - `iob2` (BIO): `B-` starts every chunk, `I-` continues it.
 - `bioes`: `S-` marks a one-word chunk; longer ones are `B-`, `I-`..., `E-`.
 
-Every scheme is read with conlleval's chunk rules (`bertkit.conlleval`), so a
+Every scheme is read with conlleval's chunk rules (`bertkit_tasks.tagging.conlleval`), so a
 conversion keeps exactly the chunks that evaluation sees, ill-formed input
 included: `convert_tags(["O", "I-PER"], "iob2", "iob2")` gives `["O", "B-PER"]`.
 """
@@ -14,10 +14,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertkit.conlleval import OUTSIDE, extract_chunks, split_tag
+from bertkit_tasks.tagging.conlleval import OUTSIDE, extract_chunks, split_tag
 
 SCHEMES = ("iob1", "iob2", "bioes")
 _SCHEME_PREFIXES = {"iob1": ("B", "I"), "iob2": ("B", "I"), "bioes": ("B", "I", "E", "S")}
+
+
+class TagSchemeError(ValueError):
+    """A tag that breaks a scheme, at word `word_index` (0-based) of its sentence.
+
+    The message reads "word <word_index + 1>: <problem>"; `problem` is the part
+    after it, for callers that name the place their own way.
+
+    Example:
+        >>> error = TagSchemeError(1, "'I-PER' is not well-formed iob2 here")
+        >>> str(error), error.word_index
+        ("word 2: 'I-PER' is not well-formed iob2 here", 1)
+    """
+
+    def __init__(self, word_index: int, problem: str):
+        super().__init__(f"word {word_index + 1}: {problem}")
+        self.word_index, self.problem = word_index, problem
 
 
 def check_scheme(scheme: str) -> None:
@@ -88,31 +105,30 @@ def validate_tags(tags: list[str], scheme: str) -> None:
     that claims to follow a scheme.
 
     Raises:
-        ValueError: the message starts with the 1-based word number, so a caller
-            can point at the word: "word 2: 'I-PER' is not well-formed iob2 here;
+        TagSchemeError: (a `ValueError`) with the word's index, so a caller can
+            point at the word: "word 2: 'I-PER' is not well-formed iob2 here;
             iob2 writes 'B-PER'".
 
     Example:
         >>> validate_tags(["B-PER", "I-PER", "O"], "iob2")
-        >>> validate_tags(["O", "I-PER"], "iob2")
-        Traceback (most recent call last):
-        ...
-        ValueError: word 2: 'I-PER' is not well-formed iob2 here; iob2 writes 'B-PER'
+        >>> try:
+        ...     validate_tags(["O", "I-PER"], "iob2")
+        ... except TagSchemeError as error:
+        ...     print(error.word_index, error)
+        1 word 2: 'I-PER' is not well-formed iob2 here; iob2 writes 'B-PER'
     """
     _check_prefixes(tags, scheme)
     expected = chunks_to_tags(extract_chunks(tags), len(tags), scheme)
     for position, (tag, wanted) in enumerate(zip(tags, expected, strict=True)):
         if tag != wanted:
-            raise ValueError(
-                f"word {position + 1}: {tag!r} is not well-formed {scheme} here; "
-                f"{scheme} writes {wanted!r}"
-            )
+            raise TagSchemeError(
+                position, f"{tag!r} is not well-formed {scheme} here; {scheme} writes {wanted!r}")
 
 
 def allowed_transitions(labels: list[str], scheme: str) -> np.ndarray:
     """Which label may follow which in well-formed `scheme` tags (`validate_tags`' sense).
 
-    Constrained decoding (`bertkit.tag_decoding.choose_tags`) picks the most
+    Constrained decoding (`bertkit_tasks.tagging.decoding.choose_tags`) picks the most
     probable tag sequence among those these transitions allow. Well-formedness
     in every scheme depends only on neighbouring tags, so this table decides it.
 
@@ -123,7 +139,7 @@ def allowed_transitions(labels: list[str], scheme: str) -> np.ndarray:
     Returns:
         `[L + 1, L + 1]` bools, `[previous_label_id, label_id]`; index `L` is the
         sentence edge (`[L, t]`: a sentence may start with `t`; `[p, L]`: it may
-        end with `p`), the convention of `bertkit.tag_decoding`.
+        end with `p`), the convention of `bertkit_tasks.tagging.decoding`.
 
     Example:
         >>> allowed = allowed_transitions(["O", "B-PER", "I-PER"], "iob2")
@@ -157,12 +173,11 @@ def _check_prefixes(tags: list[str], scheme: str) -> None:
         try:
             prefix, _ = split_tag(tag)
         except ValueError as error:
-            raise ValueError(f"word {position + 1}: {error}") from None
+            raise TagSchemeError(position, str(error)) from None
         if prefix != OUTSIDE and prefix not in allowed:
-            raise ValueError(
-                f"word {position + 1}: {tag!r} does not belong to scheme {scheme}, "
-                f"which uses O, {', '.join(p + '-' for p in allowed)}"
-            )
+            raise TagSchemeError(
+                position, f"{tag!r} does not belong to scheme {scheme}, "
+                          f"which uses O, {', '.join(p + '-' for p in allowed)}")
 
 
 def _chunk_tags(type_: str, size: int, scheme: str, follows_same_type: bool) -> list[str]:

@@ -262,11 +262,11 @@ def answer_tokens(example, char_starts, char_ends) -> tuple[int, int] | None:
     """(first, last) context tokens of the example's first answer; None without one.
 
     Args:
-        example: a `bertkit.squad.QAExample` (its `answers` and `answer_starts`).
+        example: a `bertkit_tasks.span_qa.squad.QAExample` (its `answers` and `answer_starts`).
         char_starts, char_ends: (tokens,) each context token's character span.
 
     Example:
-        >>> from bertkit.squad import QAExample
+        >>> from bertkit_tasks.span_qa.squad import QAExample
         >>> example = QAExample("q", "Who?", "Ada wrote", ("wrote",), (4,), False)
         >>> answer_tokens(example, np.array([0, 4]), np.array([3, 9]))
         (1, 1)

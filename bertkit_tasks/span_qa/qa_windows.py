@@ -29,7 +29,7 @@ def question_window_rows(question, context, answer, *, cls_id: int, sep_id: int,
         training: without it, each row also gets `char_starts`/`char_ends` (per
             position, the context characters it covers, -1 outside the context)
             and `starts_ok`/`ends_ok` (where a span may start and end:
-            `bertkit.span_decoding.span_candidates`).
+            `bertkit_tasks.span_qa.span_decoding.span_candidates`).
 
     Returns:
         Per window: `token_ids`, `segment_ids`, and `start_positions` and
@@ -43,7 +43,7 @@ def question_window_rows(question, context, answer, *, cls_id: int, sep_id: int,
         >>> [(r["token_ids"].tolist(), r["start_positions"], r["end_positions"]) for r in rows]
         [([2, 7, 3, 10, 11, 12, 3], 0, 0), ([2, 7, 3, 12, 13, 14, 3], 4, 5)]
     """
-    from bertkit.span_decoding import span_candidates
+    from bertkit_tasks.span_qa.span_decoding import span_candidates
 
     pieces, char_starts, char_ends = context
     offset = len(question) + 2  # [CLS] question [SEP]

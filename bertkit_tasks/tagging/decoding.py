@@ -4,7 +4,7 @@
 the most probable sequence of labels that the tag scheme allows (Viterbi, by
 tf-text's `viterbi_constrained_sequence`).
 
-Evaluation (`bertkit.conlleval.extract_chunks`), Python prediction and the
+Evaluation (`bertkit_tasks.tagging.conlleval.extract_chunks`), Python prediction and the
 exported model must agree on where an entity starts and ends. So the rule is not
 written a second time: `chunk_boundary_tables` asks `chunk_starts` and
 `chunk_ends` about every pair of labels once, and `decode_chunks` only looks
@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as text
 
-from bertkit.conlleval import OUTSIDE, chunk_ends, chunk_starts, split_tag
+from bertkit_tasks.tagging.conlleval import OUTSIDE, chunk_ends, chunk_starts, split_tag
 
 _TINY = 1e-30  # the floor under probabilities before their log (log 0 = -inf)
 
@@ -195,7 +195,7 @@ def choose_tags(probabilities: tf.RaggedTensor, allowed=None) -> tf.RaggedTensor
 
     Args:
         probabilities: `[batch, (words), L]` float probabilities.
-        allowed: `[L + 1, L + 1]` bools from `bertkit.tag_schemes.allowed_transitions`
+        allowed: `[L + 1, L + 1]` bools from `bertkit_tasks.tagging.schemes.allowed_transitions`
             (index `L`: the sentence edge), or None.
 
     Returns:
@@ -206,7 +206,7 @@ def choose_tags(probabilities: tf.RaggedTensor, allowed=None) -> tf.RaggedTensor
         ...     [[[0.6, 0.3, 0.1], [0.3, 0.1, 0.6]]], ragged_rank=1)
         >>> choose_tags(probabilities).to_list()  # O I-PER: ill-formed iob2
         [[0, 2]]
-        >>> from bertkit.tag_schemes import allowed_transitions
+        >>> from bertkit_tasks.tagging.schemes import allowed_transitions
         >>> allowed = allowed_transitions(["O", "B-PER", "I-PER"], "iob2")
         >>> choose_tags(probabilities, allowed).to_list()  # 0.3 x 0.6 beats 0.6 x 0.3 (O O)
         [[1, 2]]

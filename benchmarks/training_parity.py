@@ -17,9 +17,10 @@ every few micro-batches (Keras' running mean per epoch, the same mean for the re
 largest difference, and the dev entity F1 of both trained models, each predicted by its own
 code and scored by bertkit's conlleval (argmax decoding).
 
-Measured on this machine (1,000 sentences, 2 epochs, batch 32, 4 micro-batches, lr 5e-5):
-losses agree to 1e-5 over all 256 micro-batches, dev F1 0.4540 against 0.4538 (9 of 51,362
-dev words tagged differently: bertkit reads long sentences in windows, the reference cuts them).
+Measured on this machine (1,000 sentences, 2 epochs, batch 32, 4 micro-batches, lr 5e-5,
+seed 1): the losses of all 256 micro-batches agree to 3.6e-6, dev F1 0.4415 against 0.4413 (8
+of 51,362 dev words tagged differently: bertkit reads long sentences in windows, the reference
+cuts them at 128 pieces).
 
     python benchmarks/training_parity.py --python /tmp/hfenv/bin/python
 """

@@ -13,7 +13,9 @@ Layout::
 
 A finished run is never overwritten without `overwrite=True`; an unfinished run
 of the same recipe is resumed; a folder that is not a run directory is never
-touched.
+touched. A run replaced with `overwrite=True` is moved aside to
+`.<name>.replaced` until the new run finishes, and moved back if the new run
+stops on a user error.
 """
 
 from __future__ import annotations
@@ -74,13 +76,29 @@ class RunDirectory:
                             "model/task.json or model/model.weights.h5)", source=run.path)
         return run
 
+    @property
+    def replaced_dir(self) -> Path:
+        """Where `overwrite` keeps the previous run until the new one finishes."""
+        return self.path.with_name(f".{self.path.name}.replaced")
+
     def status(self) -> str | None:
-        if not self.run_file.exists():
+        """`running` or `finished`; None when the folder holds no bertkit run."""
+        if not self.run_file.is_file() or not self.recipe_file.is_file():
             return None
-        return read_json(self.run_file, "run file").get("status")
+        try:
+            run = json.loads(self.run_file.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        if not isinstance(run, dict) or run.get("status") not in (RUNNING, FINISHED):
+            return None
+        return run["status"]
 
     def prepare(self, recipe_yaml: str, overwrite: bool) -> bool:
-        """Creates or checks the directory for a run; returns True when resuming."""
+        """Creates or checks the directory for a run; returns True when resuming.
+
+        With `overwrite`, a previous run is moved to `replaced_dir`: `drop_replaced`
+        deletes it once the new run has finished, `restore_replaced` puts it back.
+        """
         if self.path.exists() and not self.path.is_dir():
             raise UserError("output path exists and is not a folder", source=self.path)
         if self.path.is_dir() and any(self.path.iterdir()):
@@ -89,7 +107,7 @@ class RunDirectory:
                 raise UserError("output folder exists and is not a bertkit run directory; "
                                 "choose another output_dir", source=self.path)
             if overwrite:
-                shutil.rmtree(self.path)
+                self._move_aside()
             elif status == FINISHED:
                 raise UserError("holds a finished run; pass --overwrite (overwrite=True) to "
                                 "replace it, or choose another output folder", source=self.path)
@@ -103,6 +121,26 @@ class RunDirectory:
         self.recipe_file.write_text(recipe_yaml)
         self.set_status(RUNNING)
         return False
+
+    def _move_aside(self) -> None:
+        if self.replaced_dir.exists():
+            # An earlier overwrite was interrupted: the run kept aside is the one to
+            # restore; the folder holds that unfinished replacement.
+            shutil.rmtree(self.path)
+        else:
+            os.replace(self.path, self.replaced_dir)
+
+    def restore_replaced(self) -> None:
+        """Puts back the run that `overwrite` moved aside (the new run failed)."""
+        if self.replaced_dir.is_dir():
+            if self.path.exists():
+                shutil.rmtree(self.path)
+            os.replace(self.replaced_dir, self.path)
+
+    def drop_replaced(self) -> None:
+        """Deletes the run that `overwrite` moved aside (the new run finished)."""
+        if self.replaced_dir.is_dir():
+            shutil.rmtree(self.replaced_dir)
 
     def set_status(self, status: str, **extra) -> None:
         current = read_json(self.run_file) if self.run_file.exists() else {}

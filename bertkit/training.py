@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.recipe import Recipe, load_recipe
+from bertkit.recipe import Recipe, check_inputs, load_recipe
 from bertkit.run_dir import FINISHED, RunDirectory, read_json, write_json
 
 
@@ -38,17 +38,24 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         'positive'
     """
     recipe = _as_recipe(recipe, overrides, sections, output_dir)
+    check_inputs(recipe)  # before the run directory is touched
+    if features and not Path(features).is_file():
+        raise UserError("file not found", source=features)
     run = RunDirectory(recipe.output_dir)
-    fresh = not run.path.exists() or not any(run.path.iterdir())
+    fresh = overwrite or not run.path.exists() or not any(run.path.iterdir())
     resuming = run.prepare(recipe.to_yaml(), overwrite)
     try:
-        return _Trainer(recipe, run, resuming, verbose, features).execute()
+        finetuned = _Trainer(recipe, run, resuming, verbose, features).execute()
     except UserError:
-        if fresh and not run.metrics_file.exists():
+        if run.replaced_dir.is_dir():
+            run.restore_replaced()  # the run --overwrite was to replace comes back
+        elif fresh and not run.metrics_file.exists():
             import shutil
 
             shutil.rmtree(run.path)  # nothing trained yet: leave no half-made run behind
         raise
+    run.drop_replaced()
+    return finetuned
 
 
 def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:

@@ -1,0 +1,89 @@
+"""Hardening (issue 20): nothing lost, every bad input one line and exit status 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+
+
+def bertkit(*args, cwd=None, input=None):
+    return subprocess.run([sys.executable, "-m", "bertkit.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, input=input)
+
+
+def one_line_error(result, message):
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def write_recipe(tmp_path, name="r.yaml", **training):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({
+        "schema": 1, "task": "classification",
+        "backbone": {"preset": "ckpt", "sequence_length": 16},
+        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+        "training": {"epochs": 1, "batch_size": 8, "learning_rate": 1e-3, **training},
+        "output_dir": "run"}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A folder with a finished tiny run (`run/`), its recipe, data and checkpoint."""
+    tmp_path = tmp_path_factory.mktemp("hardening")
+    write_tiny_checkpoint(tmp_path / "ckpt", num_layers=1, hidden_size=16, intermediate_size=32)
+    write_sentiment_tsv(tmp_path / "train.tsv", 32, seed=0)
+    write_sentiment_tsv(tmp_path / "dev.tsv", 8, seed=1)
+    result = bertkit("finetune", str(write_recipe(tmp_path)), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return tmp_path
+
+
+def snapshot(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+# ---- 1. --overwrite replaces a run only when the new one can start
+
+def test_overwrite_with_a_missing_training_file_keeps_the_old_run(finished):
+    before = snapshot(finished / "run")
+    result = bertkit("finetune", str(write_recipe(finished)), "--overwrite", "--set",
+                     "data.train=missing.tsv", cwd=finished)
+    one_line_error(result, "data.train: file not found")
+    assert snapshot(finished / "run") == before
+
+
+def test_overwrite_with_a_missing_preset_keeps_the_old_run(finished):
+    before = snapshot(finished / "run")
+    result = bertkit("finetune", str(write_recipe(finished)), "--overwrite", "--set",
+                     f"backbone.preset={finished / 'nope'}", cwd=finished)
+    one_line_error(result, "backbone.preset: preset folder not found")
+    assert snapshot(finished / "run") == before
+
+
+def test_overwrite_failing_after_the_move_restores_the_old_run(finished):
+    before = snapshot(finished / "run")
+    (finished / "bad.tsv").write_text("wrong\theader\nx\ty\n")
+    result = bertkit("finetune", str(write_recipe(finished)), "--overwrite", "--set",
+                     "data.train=bad.tsv", cwd=finished)
+    one_line_error(result, "bad.tsv")
+    assert snapshot(finished / "run") == before
+    assert not (finished / ".run.replaced").exists()
+
+
+def test_overwrite_refuses_a_foreign_folder_holding_a_run_json(finished):
+    foreign = finished / "foreign"
+    foreign.mkdir()
+    (foreign / "run.json").write_text('{"name": "my other tool"}')
+    (foreign / "notes.txt").write_text("precious")
+    result = bertkit("finetune", str(write_recipe(finished)), "--overwrite", "--output",
+                     str(foreign), cwd=finished)
+    one_line_error(result, "not a bertkit run directory")
+    assert (foreign / "notes.txt").read_text() == "precious"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
 import sys
 import time
 from pathlib import Path
 
 from bertkit.errors import UserError
 from bertkit.recipe import Recipe, check_inputs, load_recipe
-from bertkit.run_dir import FINISHED, RunDirectory, read_json, write_json
+from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json, write_json
 
 
 def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None,
@@ -50,8 +51,6 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         if run.replaced_dir.is_dir():
             run.restore_replaced()  # the run --overwrite was to replace comes back
         elif fresh and not run.metrics_file.exists():
-            import shutil
-
             shutil.rmtree(run.path)  # nothing trained yet: leave no half-made run behind
         raise
     run.drop_replaced()
@@ -235,8 +234,6 @@ class _Trainer:
         return None
 
     def _export(self, finetuned) -> None:
-        import shutil
-
         import keras
 
         if keras.backend.backend() != "tensorflow":
@@ -264,6 +261,11 @@ class _Trainer:
 
         from bertkit.callbacks import AtomicBackupAndRestore, Evaluate, SetEpoch, TrackRun
 
+        if self.resuming and read_json(self.run.run_file).get("trained"):
+            # Killed after training (final evaluation, export): the best weights are saved.
+            print(f"resuming {self.run.path} after training", file=sys.stderr)
+            model.optimizer.build(model.trainable_variables)  # as saved with the best weights
+            return read_json(self.run.metrics_file)["epochs"]
         initial_epoch = self.run.resumed_epoch() if self.resuming else 0
         history = []
         if initial_epoch and self.run.metrics_file.exists():
@@ -274,13 +276,16 @@ class _Trainer:
             callbacks.append(Evaluate(evaluate))
         tracker = TrackRun(self.run, monitor, mode, self.training.early_stopping_patience,
                            history)
-        callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir))]
+        callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir),
+                                                      delete_checkpoint=False)]
         if keras.backend.backend() == "tensorflow":
             callbacks.append(keras.callbacks.TensorBoard(str(self.run.logs_dir), profile_batch=0))
         if initial_epoch:
             print(f"resuming {self.run.path} after epoch {initial_epoch}", file=sys.stderr)
         model.fit(batches.as_dataset(), epochs=self.training.epochs, callbacks=callbacks,
                   verbose=self.verbose, shuffle=False)  # batches are shuffled per epoch
+        self.run.set_status(RUNNING, trained=True)  # then the checkpoint is no longer needed
+        shutil.rmtree(self.run.checkpoint_dir, ignore_errors=True)
         return tracker.history
 
     def _write_results(self, history, final, seconds) -> None:

@@ -87,3 +87,39 @@ def test_overwrite_refuses_a_foreign_folder_holding_a_run_json(finished):
                      str(foreign), cwd=finished)
     one_line_error(result, "not a bertkit run directory")
     assert (foreign / "notes.txt").read_text() == "precious"
+
+
+# ---- 2. a kill after training finishes the run without training again
+
+def test_killed_during_export_the_rerun_trains_no_epoch_again(tmp_path, monkeypatch):
+    import keras
+
+    import bertkit
+    from bertkit import training
+
+    write_tiny_checkpoint(tmp_path / "ckpt", num_layers=1, hidden_size=16, intermediate_size=32)
+    write_sentiment_tsv(tmp_path / "train.tsv", 32, seed=0)
+    write_sentiment_tsv(tmp_path / "dev.tsv", 8, seed=1)
+    recipe = write_recipe(tmp_path, epochs=2)
+
+    def killed(self, finetuned):
+        raise SystemExit("killed during export")
+
+    monkeypatch.setattr(training._Trainer, "_export", killed)
+    with pytest.raises(SystemExit):
+        bertkit.finetune(recipe, verbose=0)
+    metrics_file = tmp_path / "run" / "metrics.json"
+    after_kill = json.loads(metrics_file.read_text())
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "running"
+    monkeypatch.undo()
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(keras.Model, "fit", no_training)
+    bertkit.finetune(recipe, verbose=0)
+    rerun = json.loads(metrics_file.read_text())
+    assert [e["epoch"] for e in rerun["epochs"]] == [1, 2]
+    assert rerun == after_kill
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"
+    assert (tmp_path / "run" / "saved_model" / "saved_model.pb").exists()

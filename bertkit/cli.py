@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -158,7 +159,18 @@ def _predict(args):
     model = bertkit.load(args.run_dir)
     inputs = _read_inputs(args.input)
     for prediction in model.predict(inputs):
-        print(json.dumps(prediction, ensure_ascii=False))
+        print(json.dumps(_finite(prediction), ensure_ascii=False, allow_nan=False))
+
+
+def _finite(value):
+    """JSON has no NaN or infinity: a diverged model's scores are printed as null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _read_inputs(path: str) -> list:

@@ -259,7 +259,13 @@ class _Trainer:
     def _fit(self, model, task, batches, evaluate) -> list[dict]:
         import keras
 
-        from bertkit.callbacks import AtomicBackupAndRestore, Evaluate, SetEpoch, TrackRun
+        from bertkit.callbacks import (
+            AtomicBackupAndRestore,
+            Evaluate,
+            SetEpoch,
+            StopOnNonFiniteLoss,
+            TrackRun,
+        )
 
         if self.resuming and read_json(self.run.run_file).get("trained"):
             # Killed after training (final evaluation, export): the best weights are saved.
@@ -271,7 +277,7 @@ class _Trainer:
         if initial_epoch and self.run.metrics_file.exists():
             history = read_json(self.run.metrics_file)["epochs"][:initial_epoch]
         monitor, mode = (f"val_{task.monitor}", task.mode) if evaluate else ("loss", "min")
-        callbacks = [SetEpoch(batches)]
+        callbacks = [SetEpoch(batches), StopOnNonFiniteLoss(self.training.learning_rate)]
         if evaluate:
             callbacks.append(Evaluate(evaluate))
         tracker = TrackRun(self.run, monitor, mode, self.training.early_stopping_patience,

@@ -123,3 +123,47 @@ def test_killed_during_export_the_rerun_trains_no_epoch_again(tmp_path, monkeypa
     assert rerun == after_kill
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"
     assert (tmp_path / "run" / "saved_model" / "saved_model.pb").exists()
+
+
+# ---- 3. a diverging run stops with one line; no NaN in recipes or in predict's JSON
+
+def test_a_diverging_run_stops_with_one_line_and_keeps_its_checkpoint(finished):
+    result = bertkit("finetune", str(write_recipe(finished, "diverge.yaml", epochs=3,
+                                                  learning_rate=1e6, max_grad_norm=None)),
+                     "--output", "diverged", cwd=finished)
+    one_line_error(result, "training.learning_rate: training diverged: the loss is nan")
+    assert "lower the learning rate (now 1e+06)" in result.stderr
+    run = finished / "diverged"
+    if run.exists():  # diverged after an epoch: that epoch's checkpoint is kept
+        assert json.loads((run / "run.json").read_text())["status"] == "running"
+        assert not (run / "saved_model").exists()
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "1e400"])
+def test_recipe_numbers_must_be_finite(finished, value):
+    result = bertkit("check", str(write_recipe(finished)), "--set",
+                     f"training.learning_rate={value}", cwd=finished)
+    one_line_error(result, "training.learning_rate: expected a finite number")
+
+
+def test_predict_prints_null_for_nan_scores(finished, tmp_path):
+    import shutil
+
+    import h5py
+    import numpy as np
+
+    run = tmp_path / "nan_run"
+    shutil.copytree(finished / "run", run)
+    with h5py.File(run / "model" / "model.weights.h5", "r+") as weights:
+        def poison(name, item):
+            if isinstance(item, h5py.Dataset) and item.dtype.kind == "f":
+                item[...] = np.nan
+        weights.visititems(poison)
+    result = bertkit("predict", str(run), input="a good film\n")
+    assert result.returncode == 0, result.stderr
+
+    def refuse(constant):
+        raise ValueError(f"invalid JSON constant {constant}")
+
+    prediction = json.loads(result.stdout, parse_constant=refuse)
+    assert prediction["score"] is None

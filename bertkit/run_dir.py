@@ -20,15 +20,20 @@ stops on a user error.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 from bertkit.errors import UserError
 
 RUNNING, FINISHED = "running", "finished"
+LOCK_FILE = ".lock"
 
 
 def write_json(path, value) -> None:
@@ -101,7 +106,7 @@ class RunDirectory:
         """
         if self.path.exists() and not self.path.is_dir():
             raise UserError("output path exists and is not a folder", source=self.path)
-        if self.path.is_dir() and any(self.path.iterdir()):
+        if not self.is_empty():
             status = self.status()
             if status is None:
                 raise UserError("output folder exists and is not a bertkit run directory; "
@@ -122,25 +127,74 @@ class RunDirectory:
         self.set_status(RUNNING)
         return False
 
+    def _contents(self) -> list[Path]:
+        """The folder's entries but the lock file (it stays in place while it is held)."""
+        if not self.path.is_dir():
+            return []
+        return [entry for entry in self.path.iterdir() if entry.name != LOCK_FILE]
+
+    def is_empty(self) -> bool:
+        return not self._contents()
+
+    def _clear(self) -> None:
+        for entry in self._contents():
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
     def _move_aside(self) -> None:
         if self.replaced_dir.exists():
             # An earlier overwrite was interrupted: the run kept aside is the one to
             # restore; the folder holds that unfinished replacement.
-            shutil.rmtree(self.path)
-        else:
-            os.replace(self.path, self.replaced_dir)
+            self._clear()
+            return
+        self.replaced_dir.mkdir()
+        for entry in self._contents():
+            os.replace(entry, self.replaced_dir / entry.name)
 
     def restore_replaced(self) -> None:
         """Puts back the run that `overwrite` moved aside (the new run failed)."""
         if self.replaced_dir.is_dir():
-            if self.path.exists():
-                shutil.rmtree(self.path)
-            os.replace(self.replaced_dir, self.path)
+            self._clear()
+            self.path.mkdir(exist_ok=True)
+            for entry in self.replaced_dir.iterdir():
+                os.replace(entry, self.path / entry.name)
+            self.replaced_dir.rmdir()
 
     def drop_replaced(self) -> None:
         """Deletes the run that `overwrite` moved aside (the new run finished)."""
         if self.replaced_dir.is_dir():
             shutil.rmtree(self.replaced_dir)
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Holds an exclusive lock on the run directory (`.lock` inside it) while in use.
+
+        A second process gets a `UserError` naming the holder (pid, host, start time).
+        The lock is the kernel's (`flock`): a killed holder releases it, and a stale
+        file holds nothing. A folder that is not a run directory gets no lock file.
+        """
+        if self.path.exists() and not self.path.is_dir():
+            raise UserError("output path exists and is not a folder", source=self.path)
+        if not self.is_empty() and self.status() is None:
+            raise UserError("output folder exists and is not a bertkit run directory; "
+                            "choose another output_dir", source=self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.path / LOCK_FILE, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise UserError(f"in use by {holder}; wait for it to end or choose another "
+                                "output folder", source=self.path) from None
+            handle.truncate(0)
+            started = time.strftime("%Y-%m-%d %H:%M:%S")
+            handle.write(f"bertkit finetune (pid {os.getpid()} on {socket.gethostname()}, "
+                         f"started {started})\n")
+            handle.flush()
+            try:
+                yield self
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def set_status(self, status: str, **extra) -> None:
         current = read_json(self.run_file) if self.run_file.exists() else {}

@@ -43,17 +43,18 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
     if features and not Path(features).is_file():
         raise UserError("file not found", source=features)
     run = RunDirectory(recipe.output_dir)
-    fresh = overwrite or not run.path.exists() or not any(run.path.iterdir())
-    resuming = run.prepare(recipe.to_yaml(), overwrite)
-    try:
-        finetuned = _Trainer(recipe, run, resuming, verbose, features).execute()
-    except UserError:
-        if run.replaced_dir.is_dir():
-            run.restore_replaced()  # the run --overwrite was to replace comes back
-        elif fresh and not run.metrics_file.exists():
-            shutil.rmtree(run.path)  # nothing trained yet: leave no half-made run behind
-        raise
-    run.drop_replaced()
+    fresh = overwrite or run.is_empty()
+    with run.lock():
+        resuming = run.prepare(recipe.to_yaml(), overwrite)
+        try:
+            finetuned = _Trainer(recipe, run, resuming, verbose, features).execute()
+        except UserError:
+            if run.replaced_dir.is_dir():
+                run.restore_replaced()  # the run --overwrite was to replace comes back
+            elif fresh and not run.metrics_file.exists():
+                shutil.rmtree(run.path)  # nothing trained yet: leave no half-made run behind
+            raise
+        run.drop_replaced()
     return finetuned
 
 

@@ -167,3 +167,18 @@ def test_predict_prints_null_for_nan_scores(finished, tmp_path):
 
     prediction = json.loads(result.stdout, parse_constant=refuse)
     assert prediction["score"] is None
+
+
+# ---- 4. one finetune at a time per run directory
+
+def test_a_second_finetune_on_a_locked_run_names_the_holder(finished):
+    import os
+
+    from bertkit.run_dir import RunDirectory
+
+    before = snapshot(finished / "run")
+    with RunDirectory(finished / "run").lock():
+        result = bertkit("finetune", str(write_recipe(finished)), "--overwrite", cwd=finished)
+    one_line_error(result, f"run: in use by bertkit finetune (pid {os.getpid()} on ")
+    assert "started 20" in result.stderr
+    assert snapshot(finished / "run") == before

@@ -156,9 +156,9 @@ def _evaluate(args):
 def _predict(args):
     import bertkit
 
+    inputs = _read_inputs(args.input)  # before the model loads: input errors come fast
     model = bertkit.load(args.run_dir)
-    inputs = _read_inputs(args.input)
-    for prediction in model.predict(inputs):
+    for prediction in model.predict(inputs, errors="report"):
         print(json.dumps(_finite(prediction), ensure_ascii=False, allow_nan=False))
 
 
@@ -174,20 +174,33 @@ def _finite(value):
 
 
 def _read_inputs(path: str) -> list:
+    """One input per line, blank lines included (they get an error object, keeping
+    output line N for input line N). Text that is not UTF-8 is refused whole."""
+    source = "<stdin>" if path == "-" else path
     try:
-        handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
+        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
     except FileNotFoundError:
         raise UserError("file not found", source=path) from None
+    except IsADirectoryError:
+        raise UserError("is a folder; expected a file with one input per line",
+                        source=path) from None
+    except OSError as error:
+        raise UserError(f"cannot read: {error.strerror}", source=path) from None
     inputs = []
-    with handle:
-        for line in (text.rstrip("\n") for text in handle):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line) if line.lstrip()[:1] in "[{\"" else line
-            except json.JSONDecodeError:
-                value = line
-            inputs.append(value)
+    for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").splitlines(), start=1):
+        if b"\0" in raw:
+            raise UserError("binary data (a NUL byte); expected UTF-8 text, one input per line",
+                            source=source, line=number)
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UserError(f"not UTF-8 text (byte 0x{raw[error.start]:02x} at column "
+                            f"{error.start + 1})", source=source, line=number) from None
+        try:
+            value = json.loads(line) if line.lstrip()[:1] in "[{\"" else line
+        except json.JSONDecodeError:
+            value = line
+        inputs.append(value)
     return inputs
 
 

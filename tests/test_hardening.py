@@ -182,3 +182,51 @@ def test_a_second_finetune_on_a_locked_run_names_the_holder(finished):
     one_line_error(result, f"run: in use by bertkit finetune (pid {os.getpid()} on ")
     assert "started 20" in result.stderr
     assert snapshot(finished / "run") == before
+
+
+# ---- 5. predict: one output per input line, every bad input named
+
+def test_predict_gives_one_output_per_input_line(finished):
+    lines = ["a good film", "", '{"text": "ok", "text_pair": 7}', '{"text": "\\ud800"}',
+             "   ", "a dull film"]
+    result = bertkit("predict", str(finished / "run"), input="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    outputs = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(outputs) == len(lines)
+    assert "label" in outputs[0] and "label" in outputs[5]
+    assert outputs[1] == {"error": "input 2: empty input"}
+    assert outputs[2] == {"error": "input 3: 'text_pair' must be a text, got 7"}
+    assert outputs[3] == {"error": "input 4: 'text' is not valid Unicode (a lone surrogate)"}
+    assert outputs[4] == {"error": "input 5: empty input"}
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"good\nna\xefve caf\xe9\n", "in.txt:2: not UTF-8 text (byte 0xef at column 3)"),
+    (b"good\n\x00\x01\x02binary\n", "in.txt:2: binary data (a NUL byte)"),
+])
+def test_predict_refuses_input_that_is_not_utf8_text(finished, tmp_path, data, message):
+    (tmp_path / "in.txt").write_bytes(data)
+    one_line_error(bertkit("predict", str(finished / "run"), "--input", "in.txt", cwd=tmp_path),
+                   message)
+
+
+def test_predict_refuses_a_folder_as_input(finished, tmp_path):
+    one_line_error(bertkit("predict", str(finished / "run"), "--input", str(tmp_path)),
+                   "is a folder; expected a file with one input per line")
+
+
+def test_predict_refuses_binary_stdin(finished):
+    result = subprocess.run([sys.executable, "-m", "bertkit.cli", "predict",
+                             str(finished / "run")], input=b"\xff\xfe\x00x", capture_output=True)
+    assert result.returncode == 2 and b"<stdin>:1: binary data" in result.stderr
+
+
+def test_python_predict_takes_a_string_as_one_input(finished):
+    import bertkit as api
+    from bertkit.errors import UserError
+
+    model = api.load(finished / "run")
+    assert len(model.predict("hello world")) == 1
+    assert model.predict("hello world") == model.predict(["hello world"])
+    with pytest.raises(UserError, match="input 2: empty input"):
+        model.predict(["fine", ""])

@@ -200,7 +200,7 @@ def _read_inputs(path: str) -> list:
             value = json.loads(line) if line.lstrip()[:1] in "[{\"" else line
         except json.JSONDecodeError:
             value = line
-        inputs.append(value)
+        inputs.append(value if line.strip() else None)  # None: an "empty input" error
     return inputs
 
 

@@ -78,7 +78,7 @@ class FineTunedModel:
         Args:
             inputs: a list of inputs; a single string is one input.
             batch_size: rows per model call (default: twice the training batch size).
-            errors: what an invalid input (empty, wrong type, not valid Unicode) gives:
+            errors: what an invalid input (None, wrong type, not valid Unicode) gives:
                 "raise" a `UserError` naming it, or "report" `{"error": "input N: ..."}`
                 in its place, so that prediction N always belongs to input N.
         """
@@ -103,7 +103,7 @@ class FineTunedModel:
         return results
 
     def _parse_input(self, value):
-        if value is None or isinstance(value, str) and not value.strip():
+        if value is None:  # the CLI's blank input line
             raise UserError("empty input")
         example = self.task.parse_input(value)
         if dataclasses.is_dataclass(example):  # e.g. {"text": "ok", "text_pair": 7}

@@ -229,4 +229,71 @@ def test_python_predict_takes_a_string_as_one_input(finished):
     assert len(model.predict("hello world")) == 1
     assert model.predict("hello world") == model.predict(["hello world"])
     with pytest.raises(UserError, match="input 2: empty input"):
-        model.predict(["fine", ""])
+        model.predict(["fine", None])
+    assert model.predict(["fine", None], errors="report")[1] == {"error": "input 2: empty input"}
+
+
+# ---- 6. the SavedModel refuses bad shapes and answers an empty batch (classification;
+# the other tasks' tests call the same helper)
+
+def test_saved_model_refuses_bad_shapes_and_answers_an_empty_batch(finished):
+    from bertkit.testing import assert_serving_refuses_bad_shapes
+
+    assert_serving_refuses_bad_shapes(finished / "run" / "saved_model", ["text"])
+
+
+# ---- 7. YAML bombs and bad --set values
+
+BILLION_LAUGHS = """\
+schema: 1
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+"""
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_in_bounded_memory(tmp_path):
+    import resource
+    import time
+
+    from bertkit.errors import UserError
+    from bertkit.recipe import load_recipe
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(BILLION_LAUGHS)
+    started = time.perf_counter()
+    with pytest.raises(UserError, match="bomb.yaml:2: invalid YAML: anchors and aliases"):
+        load_recipe(bomb)
+    assert time.perf_counter() - started < 1.0
+
+    def two_gigabytes():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    result = subprocess.run([sys.executable, "-m", "bertkit.cli", "check", str(bomb)],
+                            capture_output=True, text=True, preexec_fn=two_gigabytes, timeout=60)
+    one_line_error(result, "anchors and aliases (&name, *name) are not allowed in recipes")
+
+
+def test_a_recipe_over_a_megabyte_is_refused(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("schema: 1\n" + "# padding\n" * 110_000)
+    one_line_error(bertkit("check", str(big)), "big.yaml: is 1,100,010 bytes; a recipe is at "
+                                               "most 1,000,000")
+
+
+@pytest.mark.parametrize("value, message", [
+    ("[1", "--set: training.epochs: invalid YAML: expected ',' or ']'"),
+    ("*a", "--set: training.epochs: invalid YAML: anchors and aliases"),
+    ('!!python/object/apply:os.system ["true"]',
+     "--set: training.epochs: unsupported YAML tag 'tag:yaml.org,2002:python/object/apply"),
+])
+def test_set_values_that_are_not_plain_yaml(tmp_path, value, message):
+    result = bertkit("check", str(write_recipe(tmp_path)), "--set", f"training.epochs={value}",
+                     cwd=tmp_path)
+    one_line_error(result, message)

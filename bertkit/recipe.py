@@ -152,7 +152,7 @@ def _apply_overrides(raw: dict, overrides: list[str], sections: dict) -> set:
         if not sep or not key.strip():
             raise UserError(f"expected KEY=VALUE, got '{text}'", source="--set")
         path = tuple(key.strip().split("."))
-        _set_path(raw, path, parse_scalar(value) if value.strip() else None, text)
+        _set_path(raw, path, parse_scalar(value, key.strip()) if value.strip() else None, text)
         touched.add(path)
     for section, value in sections.items():
         if isinstance(value, dict) and isinstance(raw.get(section), dict):

@@ -40,9 +40,16 @@ def write_json(path, value) -> None:
     """Writes JSON atomically: a crash never leaves a half-written file."""
     path = Path(path)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.fchmod(handle, 0o666 & ~_umask())  # mkstemp's 0600 would hide a shared run from others
     with os.fdopen(handle, "w") as file:
         json.dump(value, file, indent=2)
     os.replace(temporary, path)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
 
 
 def read_json(path, what: str = "file"):

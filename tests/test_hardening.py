@@ -297,3 +297,30 @@ def test_set_values_that_are_not_plain_yaml(tmp_path, value, message):
     result = bertkit("check", str(write_recipe(tmp_path)), "--set", f"training.epochs={value}",
                      cwd=tmp_path)
     one_line_error(result, message)
+
+
+# ---- 9. run files follow the user's umask
+
+def test_run_files_follow_the_umask(finished, tmp_path):
+    import os
+    import stat
+
+    from bertkit.run_dir import write_json
+
+    mask = os.umask(0o027)
+    try:
+        write_json(tmp_path / "x.json", {"a": 1})
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "x.json").stat().st_mode) == 0o640
+    for name in ("run.json", "metrics.json", "model/task.json"):
+        assert stat.S_IMODE((finished / "run" / name).stat().st_mode) == 0o666 & ~mask, name
+
+
+# ---- 11. --version
+
+def test_version():
+    import bertkit as api
+
+    result = bertkit("--version")
+    assert result.returncode == 0 and result.stdout == f"bertkit {api.__version__}\n"

@@ -54,7 +54,10 @@ def main(argv=None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from bertkit import __version__
+
     parser = argparse.ArgumentParser(prog="bertkit", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     parser.set_defaults(run=lambda args: parser.print_help())
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 

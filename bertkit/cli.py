@@ -121,9 +121,11 @@ def _featurize(args):
 
 
 def _check(args):
-    from bertkit.recipe import load_recipe
+    from bertkit.recipe import check_inputs, load_recipe
 
-    print(load_recipe(args.recipe, args.overrides).to_yaml(), end="")
+    recipe = load_recipe(args.recipe, args.overrides)
+    check_inputs(recipe)  # "will this run start?": its files exist
+    print(recipe.to_yaml(), end="")
 
 
 def _schema(args):

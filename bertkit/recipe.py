@@ -47,7 +47,7 @@ class BackboneConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
-    epochs: int = _field(default=3, metadata={"min": 1})
+    epochs: int = _field(default=3, metadata={"min": 1, "max": 10_000})
     batch_size: int = _field(default=32, metadata={"min": 1})
     eval_batch_size: int | None = _field(default=None, metadata={
         "min": 1, "help": "defaults to 2 x batch_size"})

@@ -115,6 +115,11 @@ class _TaskData:
         else:
             train, validation = task.split_validation(train)
         task.state = state if state is not None else task.fit_state(train)
+        labels = task.state.get("labels") if isinstance(task.state, dict) else None
+        if labels is not None and len(labels) < 2:
+            raise UserError(f"the training data has only one label ({', '.join(labels)}) and the "
+                            "model would learn nothing; a task needs at least two",
+                            source=recipe.data.train)
         pretrained = cls._backbone(recipe, load_pretrained)
         task.tokenizer = pretrained.tokenizer
         validation_features = task.featurize(validation, training=False) if validation else None

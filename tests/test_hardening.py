@@ -324,3 +324,41 @@ def test_version():
 
     result = bertkit("--version")
     assert result.returncode == 0 and result.stdout == f"bertkit {api.__version__}\n"
+
+
+# ---- 10. check answers "will this run start?"; absurd values and one-class data refused
+
+def test_check_reports_a_missing_data_file_without_tensorflow(finished):
+    result = bertkit("check", str(write_recipe(finished)), "--set", "data.validation=nope.tsv",
+                     cwd=finished)
+    one_line_error(result, "data.validation: file not found: ")
+
+
+def test_check_reports_a_missing_preset_folder(finished):
+    result = bertkit("check", str(write_recipe(finished)), "--set",
+                     f"backbone.preset={finished / 'gone'}", cwd=finished)
+    one_line_error(result, f"backbone.preset: preset folder not found: {finished / 'gone'}")
+
+
+def test_check_passes_a_recipe_whose_files_exist(finished):
+    result = bertkit("check", str(write_recipe(finished)), cwd=finished)
+    assert result.returncode == 0 and "name: classification" in result.stdout
+
+
+@pytest.mark.parametrize("value, message", [
+    ("100000000000000000000", "training.epochs: must be at most 10000"),
+    ("1e20", "training.epochs: expected an integer, got 1e+20"),
+])
+def test_absurd_epochs_are_refused(finished, value, message):
+    result = bertkit("check", str(write_recipe(finished)), "--set", f"training.epochs={value}",
+                     cwd=finished)
+    one_line_error(result, message)
+
+
+def test_a_single_class_training_set_is_refused(finished, tmp_path):
+    (tmp_path / "one.tsv").write_text("sentence\tlabel\n" + "a good film\tpositive\n" * 8)
+    result = bertkit("finetune", str(write_recipe(finished)), "--set",
+                     f"data.train={tmp_path / 'one.tsv'}", "--set", "data.validation=null",
+                     "--output", str(tmp_path / "one_run"), cwd=finished)
+    one_line_error(result, "one.tsv: the training data has only one label (positive)")
+    assert not (tmp_path / "one_run").exists()

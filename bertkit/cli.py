@@ -6,6 +6,7 @@ Every user error prints one line and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import sys
 from bertkit.errors import UserError
 
 EXIT_USER_ERROR = 2
+_ENVIRONMENT_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 _MODEL_COMMANDS = {"finetune", "featurize", "evaluate", "predict", "export"}
 
 
@@ -47,6 +49,13 @@ def main(argv=None) -> int:
         return args.run(args) or 0
     except UserError as error:
         print(f"bertkit: error: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except OSError as error:
+        if error.errno not in _ENVIRONMENT_ERRORS:
+            raise
+        # A folder the user cannot write, a full disk: theirs to fix, so one line too.
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"bertkit: error: {where}{error.strerror}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("bertkit: interrupted; run the same command again to resume", file=sys.stderr)
@@ -151,10 +160,22 @@ def _evaluate(args):
 
     model = bertkit.load(args.run_dir)
     output = model.run.path / "evaluation"
-    output.mkdir(exist_ok=True)
-    metrics = model.evaluate(args.data, predictions_dir=output)
+    try:
+        output.mkdir(exist_ok=True)
+        writable = os.access(output, os.W_OK)
+    except OSError:
+        writable = False
+    metrics = model.evaluate(args.data, predictions_dir=output if writable else None)
     print(model.task.format_metrics(metrics))
-    write_json(output / "metrics.json", {"data": args.data or "validation", "metrics": metrics})
+    try:
+        if not writable:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(output))
+        write_json(output / "metrics.json", {"data": args.data or "validation",
+                                             "metrics": metrics})
+    except OSError as error:  # a read-only run: the metrics above are the result
+        print(f"bertkit: warning: results not saved in {output}: {error.strerror}",
+              file=sys.stderr)
+        return 0
     print(f"wrote {output}")
 
 

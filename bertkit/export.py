@@ -22,6 +22,9 @@ def export_saved_model(task, model, directory, metadata: dict) -> Path:
         raise UserError("SavedModel export needs the TensorFlow backend "
                         "(unset KERAS_BACKEND or set it to 'tensorflow')")
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise UserError("export path exists and is not a folder; choose another",
+                        source=directory)
     if directory.exists() and any(directory.iterdir()):
         raise UserError("export folder exists and is not empty; choose another", source=directory)
     specs = task.serving_inputs()  # name -> tf.TensorSpec(name=name): the signature's keys

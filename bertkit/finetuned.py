@@ -64,7 +64,12 @@ class FineTunedModel:
         pretrained = load_architecture(run.model_dir)
         task = build_task(description, pretrained.tokenizer, run.task_file)
         model = task.build_model(pretrained.backbone)
-        model.load_weights(run.weights_file)
+        try:
+            model.load_weights(run.weights_file)
+        except (OSError, ValueError) as error:  # h5py's errors for a truncated file
+            problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise UserError(f"cannot read the model weights (truncated or corrupt file?): "
+                            f"{problem}", source=run.weights_file) from None
         return cls(run, task, model, description)
 
     @property

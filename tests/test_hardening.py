@@ -362,3 +362,95 @@ def test_a_single_class_training_set_is_refused(finished, tmp_path):
                      "--output", str(tmp_path / "one_run"), cwd=finished)
     one_line_error(result, "one.tsv: the training data has only one label (positive)")
     assert not (tmp_path / "one_run").exists()
+
+
+# ---- 8. files in the way, files that cannot be written, corrupt files
+
+def test_finetune_output_that_is_a_file(finished, tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    result = bertkit("finetune", str(write_recipe(finished)), "--output", str(tmp_path / "afile"),
+                     cwd=finished)
+    one_line_error(result, "afile: output path exists and is not a folder")
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_export_out_that_is_a_file(finished, tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    result = bertkit("export", str(finished / "run"), "--out", str(tmp_path / "afile"))
+    one_line_error(result, "afile: export path exists and is not a folder; choose another")
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_finetune_output_in_a_folder_the_user_cannot_write(finished, tmp_path):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes to any folder")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    result = bertkit("finetune", str(write_recipe(finished)), "--output", str(locked / "run"),
+                     cwd=finished)
+    one_line_error(result, "run: Permission denied")
+
+
+def test_evaluate_on_a_read_only_run_prints_then_warns(finished, monkeypatch, capsys):
+    from bertkit import cli, run_dir
+
+    def read_only(path, value):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(run_dir, "write_json", read_only)
+    assert cli.main(["evaluate", str(finished / "run")]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("accuracy: ")
+    assert err == (f"bertkit: warning: results not saved in {finished / 'run' / 'evaluation'}: "
+                   "Permission denied\n")
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("config", "backbone.preset: cannot read '"),
+    ("safetensors", "backbone.preset: cannot read the weights in '"),
+])
+def test_a_corrupt_preset_is_one_line_and_leaves_no_run(finished, tmp_path, damage, message):
+    import shutil
+
+    preset = tmp_path / "preset"
+    shutil.copytree(finished / "ckpt", preset)
+    if damage == "config":
+        (preset / "config.json").write_text('{"model_type": "bert", "hidden_size": ')
+    else:
+        weights = preset / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])
+    result = bertkit("finetune", str(write_recipe(finished)), "--set",
+                     f"backbone.preset={preset}", "--output", str(tmp_path / "new"),
+                     cwd=finished)
+    one_line_error(result, message)
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_truncated_run_weights_file_is_one_line(finished, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(finished / "run", run)
+    weights = run / "model" / "model.weights.h5"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    one_line_error(bertkit("predict", str(run), input="a good film\n"),
+                   "model.weights.h5: cannot read the model weights (truncated or corrupt file?)")
+
+
+def test_a_folder_that_cannot_be_made_is_one_line_even_for_root(finished, tmp_path, monkeypatch,
+                                                                capsys):
+    from pathlib import Path
+
+    from bertkit import cli
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", denied)
+    monkeypatch.chdir(finished)
+    status = cli.main(["finetune", str(write_recipe(finished)), "--output",
+                       str(tmp_path / "new")])
+    assert status == 2
+    assert capsys.readouterr().err == f"bertkit: error: {tmp_path / 'new'}: Permission denied\n"

@@ -112,7 +112,10 @@ class FineTunedModel:
             raise UserError("empty input")
         example = self.task.parse_input(value)
         if dataclasses.is_dataclass(example):  # e.g. {"text": "ok", "text_pair": 7}
-            hints = typing.get_type_hints(type(example))
+            try:
+                hints = typing.get_type_hints(type(example))
+            except (NameError, TypeError):  # a plugin's annotations we cannot resolve
+                hints = {}
             for field in dataclasses.fields(example):
                 _check_text(getattr(example, field.name), hints.get(field.name), field.name)
         return example

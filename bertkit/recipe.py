@@ -260,15 +260,16 @@ def _resolve_preset(backbone: BackboneConfig, base_dir: Path | None) -> Backbone
     return backbone
 
 
-def check_inputs(recipe: Recipe) -> None:
+def check_inputs(recipe: Recipe, *, data_files: bool = True) -> None:
     """Checks that the files a recipe reads exist, without reading them or importing TensorFlow.
 
-    Data files (every `path` field of the task's data section) must be readable files,
+    Data files (every `path` field of the task's data section; skipped with
+    `data_files=False`, as when training from a features file) must be readable files,
     and a local preset must be a folder: `bertkit check` and `finetune` (before it
     touches the run directory) answer "will this run start?".
     """
     origin = schema.Origin(recipe.source, _lines_of(recipe.source))
-    for field in dataclasses.fields(recipe.data):
+    for field in dataclasses.fields(recipe.data) if data_files else ():
         value = getattr(recipe.data, field.name)
         if not field.metadata.get("path") or not isinstance(value, str):
             continue

@@ -39,7 +39,7 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         'positive'
     """
     recipe = _as_recipe(recipe, overrides, sections, output_dir)
-    check_inputs(recipe)  # before the run directory is touched
+    check_inputs(recipe, data_files=not features)  # before the run directory is touched
     if features and not Path(features).is_file():
         raise UserError("file not found", source=features)
     run = RunDirectory(recipe.output_dir)

@@ -10,6 +10,7 @@ Layout::
     logs/                TensorBoard
     report.md, learning_curve.png
     saved_model/         raw-text TensorFlow SavedModel
+    .lock                held (flock) by the finetune writing the run; names its process
 
 A finished run is never overwritten without `overwrite=True`; an unfinished run
 of the same recipe is resumed; a folder that is not a run directory is never

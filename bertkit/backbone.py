@@ -115,11 +115,12 @@ def _load_folder(path: Path, source) -> PretrainedBackbone:
 
 def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
     import keras_hub
+    from safetensors import SafetensorError
 
     from bertkit.checkpoints import prepare_hf_dir
 
     hf_dir = Path(prepare_hf_dir(path, _cache_dir(path)))
-    config = json.loads((hf_dir / "config.json").read_text())
+    config = _read_json_file(hf_dir / "config.json", source)
     if config.get("model_type", "bert") != "bert":
         raise UserError(f"'{path}' is a '{config['model_type']}' model, not BERT",
                         source=source, key=_KEY)
@@ -134,11 +135,25 @@ def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
         lowercase = not vocabulary_is_cased(vocabulary)
     # keras-hub's converter reads only the sizes: the segment count and the dropout
     # (keras-hub has one rate for hidden states and attention) come from the config too.
-    backbone = keras_hub.models.BertBackbone.from_preset(
-        str(hf_dir), num_segments=config.get("type_vocab_size", 2),
-        dropout=config.get("hidden_dropout_prob", 0.1))
+    try:
+        backbone = keras_hub.models.BertBackbone.from_preset(
+            str(hf_dir), num_segments=config.get("type_vocab_size", 2),
+            dropout=config.get("hidden_dropout_prob", 0.1))
+    except (SafetensorError, OSError) as error:  # e.g. a truncated download
+        raise UserError(f"cannot read the weights in '{path}' (truncated or corrupt "
+                        f"model.safetensors?): {error}", source=source, key=_KEY) from None
     return PretrainedBackbone(backbone, WordPieceTokenizer(vocabulary, lowercase),
                               config.get("hidden_act", "gelu"), hf_dir)
+
+
+def _read_json_file(path: Path, source) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UserError(f"cannot read '{path}': {error}", source=source, key=_KEY) from None
+    if not isinstance(value, dict):
+        raise UserError(f"'{path}' is not a JSON object", source=source, key=_KEY)
+    return value
 
 
 def _cache_dir(path: Path) -> Path:
@@ -225,8 +240,10 @@ def load_architecture(directory) -> PretrainedBackbone:
     """Rebuilds a backbone (random weights) and tokenizer saved by `save_architecture`."""
     import keras_hub
 
+    from bertkit.run_dir import read_json
+
     directory = Path(directory)
-    config = json.loads((directory / "backbone.json").read_text())
+    config = read_json(directory / "backbone.json", "backbone architecture")
     backbone = keras_hub.models.BertBackbone.from_config(config["bert_backbone"])
     set_activation(backbone, config["hidden_act"])
     return PretrainedBackbone(backbone, WordPieceTokenizer.load(directory), config["hidden_act"])

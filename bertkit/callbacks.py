@@ -9,6 +9,7 @@ from pathlib import Path
 
 import keras
 
+from bertkit.errors import UserError
 from bertkit.run_dir import read_json, write_json
 
 
@@ -54,6 +55,33 @@ class Evaluate(keras.callbacks.Callback):
             if isinstance(value, (int, float)):
                 logs[f"val_{name}"] = float(value)
         logs["eval_seconds"] = round(time.time() - started, 2)
+
+
+class StopOnNonFiniteLoss(keras.callbacks.Callback):
+    """Stops a diverging run at its first NaN or infinite loss, with one line saying so.
+
+    Raised before the epoch ends, so neither the best weights nor the last
+    epoch's checkpoint are replaced by a broken model; Keras' `TerminateOnNaN`
+    only stops, and the run would then be finished and exported.
+    """
+
+    def __init__(self, learning_rate: float):
+        super().__init__()
+        self.learning_rate = learning_rate
+        self.epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is None or math.isfinite(float(loss)):
+            return
+        kept = (f"the checkpoint of epoch {self.epoch} is kept" if self.epoch
+                else "no epoch finished")
+        raise UserError(f"training diverged: the loss is {float(loss)} at epoch "
+                        f"{self.epoch + 1}, step {batch + 1} ({kept}); lower the learning "
+                        f"rate (now {self.learning_rate:g})", key="training.learning_rate")
 
 
 class TrackRun(keras.callbacks.Callback):

@@ -6,13 +6,16 @@ Every user error prints one line and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import math
 import os
 import sys
 
 from bertkit.errors import UserError
 
 EXIT_USER_ERROR = 2
+_ENVIRONMENT_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 _MODEL_COMMANDS = {"finetune", "featurize", "evaluate", "predict", "export"}
 
 
@@ -49,13 +52,23 @@ def main(argv=None) -> int:
     except UserError as error:
         print(f"bertkit: error: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except OSError as error:
+        if error.errno not in _ENVIRONMENT_ERRORS:
+            raise
+        # A folder the user cannot write, a full disk: theirs to fix, so one line too.
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"bertkit: error: {where}{error.strerror}", file=sys.stderr)
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("bertkit: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
 
 
 def _parser() -> argparse.ArgumentParser:
+    from bertkit import __version__
+
     parser = argparse.ArgumentParser(prog="bertkit", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
     parser.set_defaults(run=lambda args: parser.print_help())
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
@@ -119,9 +132,11 @@ def _featurize(args):
 
 
 def _check(args):
-    from bertkit.recipe import load_recipe
+    from bertkit.recipe import check_inputs, load_recipe
 
-    print(load_recipe(args.recipe, args.overrides).to_yaml(), end="")
+    recipe = load_recipe(args.recipe, args.overrides)
+    check_inputs(recipe)  # "will this run start?": its files exist
+    print(recipe.to_yaml(), end="")
 
 
 def _schema(args):
@@ -147,38 +162,73 @@ def _evaluate(args):
 
     model = bertkit.load(args.run_dir)
     output = model.run.path / "evaluation"
-    output.mkdir(exist_ok=True)
-    metrics = model.evaluate(args.data, predictions_dir=output)
+    try:
+        output.mkdir(exist_ok=True)
+        writable = os.access(output, os.W_OK)
+    except OSError:
+        writable = False
+    metrics = model.evaluate(args.data, predictions_dir=output if writable else None)
     print(model.task.format_metrics(metrics))
-    write_json(output / "metrics.json", {"data": args.data or "validation", "metrics": metrics})
+    try:
+        if not writable:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(output))
+        write_json(output / "metrics.json", {"data": args.data or "validation",
+                                             "metrics": metrics})
+    except OSError as error:  # a read-only run: the metrics above are the result
+        print(f"bertkit: warning: results not saved in {output}: {error.strerror}",
+              file=sys.stderr)
+        return 0
     print(f"wrote {output}")
 
 
 def _predict(args):
     import bertkit
 
+    inputs = _read_inputs(args.input)  # before the model loads: input errors come fast
     model = bertkit.load(args.run_dir)
-    inputs = _read_inputs(args.input)
-    for prediction in model.predict(inputs):
-        print(json.dumps(prediction, ensure_ascii=False))
+    for prediction in model.predict(inputs, errors="report"):
+        print(json.dumps(_finite(prediction), ensure_ascii=False, allow_nan=False))
+
+
+def _finite(value):
+    """JSON has no NaN or infinity: a diverged model's scores are printed as null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _read_inputs(path: str) -> list:
-    from bertkit.files import numbered_lines
-
-    if path == "-":
-        lines = (text.rstrip("\n") for text in sys.stdin)
-    else:
-        lines = (text for _, text in numbered_lines(path))
+    """One input per line, blank lines included (they get an error object, keeping
+    output line N for input line N). Text that is not UTF-8 is refused whole."""
+    source = "<stdin>" if path == "-" else path
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
+    except FileNotFoundError:
+        raise UserError("file not found", source=path) from None
+    except IsADirectoryError:
+        raise UserError("is a folder; expected a file with one input per line",
+                        source=path) from None
+    except OSError as error:
+        raise UserError(f"cannot read: {error.strerror}", source=path) from None
     inputs = []
-    for line in lines:
-        if not line.strip():
-            continue
+    for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").splitlines(), start=1):
+        if b"\0" in raw:
+            raise UserError("binary data (a NUL byte); expected UTF-8 text, one input per line",
+                            source=source, line=number)
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UserError(f"not UTF-8 text (byte 0x{raw[error.start]:02x} at column "
+                            f"{error.start + 1})", source=source, line=number) from None
         try:
             value = json.loads(line) if line.lstrip()[:1] in "[{\"" else line
         except json.JSONDecodeError:
-            value = line  # a text that merely starts like JSON
-        inputs.append(value)
+            value = line
+        inputs.append(value if line.strip() else None)  # None: an "empty input" error
     return inputs
 
 

@@ -22,20 +22,62 @@ def export_saved_model(task, model, directory, metadata: dict) -> Path:
         raise UserError("SavedModel export needs the TensorFlow backend "
                         "(unset KERAS_BACKEND or set it to 'tensorflow')")
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise UserError("export path exists and is not a folder; choose another",
+                        source=directory)
     if directory.exists() and any(directory.iterdir()):
         raise UserError("export folder exists and is not empty; choose another", source=directory)
     specs = task.serving_inputs()  # name -> tf.TensorSpec(name=name): the signature's keys
-    names = list(specs)
-
-    def serve(*tensors):
-        return task.serve(model, dict(zip(names, tensors, strict=True)))
-
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.track(task.tokenizer.fast_tokenizer)
-    archive.add_endpoint("serving_default", serve, input_signature=list(specs.values()))
+    archive.add_endpoint("serving_default", checked_serve(task, model, list(specs)),
+                         input_signature=[_any_shape(spec) for spec in specs.values()])
     archive.write_out(str(directory), verbose=False)
     assets = directory / "assets"
     assets.mkdir(exist_ok=True)
     (assets / "bertkit.json").write_text(json.dumps(metadata, indent=2))
     return directory
+
+
+# A batch of one placeholder input stands in for an empty batch, whose outputs are then
+# cut to 0 rows: the tasks' graphs need not handle empty batches, and every output
+# keeps its dtype and inner dimensions. "[MASK]" is a valid input of every built-in task.
+_FILLER = "[MASK]"
+
+
+def checked_serve(task, model, names: list):
+    """`task.serve` behind the checks a server needs for every task: each input is a
+    1-D batch of strings (a scalar or a 2-D input is an `InvalidArgumentError` naming
+    it, never a crash), the inputs have one batch size, and an empty batch gives empty
+    outputs."""
+    import tensorflow as tf
+
+    def serve(*tensors):
+        checked = []
+        for name, tensor in zip(names, tensors, strict=True):
+            is_batch = tf.debugging.Assert(tf.equal(tf.rank(tensor), 1), [
+                f"input {name} must be a 1-D batch of strings (shape [batch]), got shape",
+                tf.shape(tensor)])
+            with tf.control_dependencies([is_batch]):
+                # A reshape, not EnsureShape: that would fail first, with its own message.
+                checked.append(tf.ensure_shape(tf.reshape(tensor, [-1]), [None]))
+        size = tf.shape(checked[0])[0]
+        for name, tensor in zip(names[1:], checked[1:], strict=True):
+            tf.debugging.assert_equal(tf.shape(tensor)[0], size, message=(
+                f"input {name} must have as many rows as input {names[0]}"))
+        inputs = {name: tf.cond(size > 0, lambda t=tensor: t, lambda: tf.constant([_FILLER]))
+                  for name, tensor in zip(names, checked, strict=True)}
+        outputs = task.serve(model, inputs)
+        return {key: value[:size] for key, value in outputs.items()}
+
+    return serve
+
+
+def _any_shape(spec):
+    """The signature accepts any shape, so that `checked_serve`'s rank check runs in the
+    graph: with shape [None], TensorFlow does not check a caller's shape at run time and a
+    scalar crashed the process."""
+    import tensorflow as tf
+
+    return tf.TensorSpec(None, spec.dtype, name=spec.name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from pathlib import Path
 
 from bertkit import schema
@@ -29,6 +31,20 @@ def build_task(description: dict, tokenizer, source):
                       description["state"])
 
 
+def _check_text(value, hint, name: str) -> None:
+    """A field typed `str` (or `str | None`) holds valid Unicode text."""
+    kinds = set(typing.get_args(hint)) or {hint}
+    if str not in kinds or not kinds <= {str, type(None)}:
+        return
+    if hint is str and value is None or value is not None and not isinstance(value, str):
+        raise UserError(f"'{name}' must be a text, got {value!r:.40}")
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"'{name}' is not valid Unicode (a lone surrogate)") from None
+
+
 class FineTunedModel:
     """A trained task model; get one with `bertkit.load(run_dir)` or from `bertkit.finetune`.
 
@@ -48,18 +64,61 @@ class FineTunedModel:
         pretrained = load_architecture(run.model_dir)
         task = build_task(description, pretrained.tokenizer, run.task_file)
         model = task.build_model(pretrained.backbone)
-        model.load_weights(run.weights_file)
+        try:
+            model.load_weights(run.weights_file)
+        except (OSError, ValueError) as error:  # h5py's errors for a truncated file
+            problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise UserError(f"cannot read the model weights (truncated or corrupt file?): "
+                            f"{problem}", source=run.weights_file) from None
         return cls(run, task, model, description)
 
     @property
     def buckets(self) -> tuple:
         return tuple(self.description["bucket_lengths"])
 
-    def predict(self, inputs: list, batch_size: int | None = None) -> list[dict]:
-        """Predictions for raw inputs: texts, text pairs or dicts, as the task takes them."""
-        examples = [self.task.parse_input(value) for value in inputs]
-        return predict_examples(self.task, self.model, examples,
-                                batch_size or 2 * self.description["batch_size"], self.buckets)
+    def predict(self, inputs, batch_size: int | None = None, *,
+                errors: str = "raise") -> list[dict]:
+        """Predictions for raw inputs: texts, text pairs or dicts, as the task takes them.
+
+        Args:
+            inputs: a list of inputs; a single string is one input.
+            batch_size: rows per model call (default: twice the training batch size).
+            errors: what an invalid input (None, wrong type, not valid Unicode) gives:
+                "raise" a `UserError` naming it, or "report" `{"error": "input N: ..."}`
+                in its place, so that prediction N always belongs to input N.
+        """
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        results: list = [None] * len(inputs)
+        positions, examples = [], []
+        for position, value in enumerate(inputs):
+            try:
+                examples.append(self._parse_input(value))
+                positions.append(position)
+            except UserError as error:
+                error = UserError(error.message, source=f"input {position + 1}")
+                if errors == "raise":
+                    raise error from None
+                results[position] = {"error": str(error)}
+        predictions = predict_examples(self.task, self.model, examples,
+                                       batch_size or 2 * self.description["batch_size"],
+                                       self.buckets)
+        for position, prediction in zip(positions, predictions, strict=True):
+            results[position] = prediction
+        return results
+
+    def _parse_input(self, value):
+        if value is None:  # the CLI's blank input line
+            raise UserError("empty input")
+        example = self.task.parse_input(value)
+        if dataclasses.is_dataclass(example):  # e.g. {"text": "ok", "text_pair": 7}
+            try:
+                hints = typing.get_type_hints(type(example))
+            except (NameError, TypeError):  # a plugin's annotations we cannot resolve
+                hints = {}
+            for field in dataclasses.fields(example):
+                _check_text(getattr(example, field.name), hints.get(field.name), field.name)
+        return example
 
     def evaluate(self, path=None, batch_size: int | None = None,
                  predictions_dir=None) -> dict:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -46,7 +47,7 @@ class BackboneConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
-    epochs: int = _field(default=3, metadata={"min": 1})
+    epochs: int = _field(default=3, metadata={"min": 1, "max": 10_000})
     batch_size: int = _field(default=32, metadata={"min": 1})
     eval_batch_size: int | None = _field(default=None, metadata={
         "min": 1, "help": "defaults to 2 x batch_size"})
@@ -153,7 +154,7 @@ def _apply_overrides(raw: dict, overrides: list[str], sections: dict) -> set:
         if not sep or not key.strip():
             raise UserError(f"expected KEY=VALUE, got '{text}'", source="--set")
         path = tuple(key.strip().split("."))
-        _set_path(raw, path, parse_scalar(value) if value.strip() else None, text)
+        _set_path(raw, path, parse_scalar(value, key.strip()) if value.strip() else None, text)
         touched.add(path)
     for section, value in sections.items():
         if isinstance(value, dict) and isinstance(raw.get(section), dict):
@@ -259,6 +260,37 @@ def _resolve_preset(backbone: BackboneConfig, base_dir: Path | None) -> Backbone
         resolved = (base_dir / Path(preset).expanduser()).resolve()
         return dataclasses.replace(backbone, preset=str(resolved))
     return backbone
+
+
+def check_inputs(recipe: Recipe, *, data_files: bool = True) -> None:
+    """Checks that the files a recipe reads exist, without reading them or importing TensorFlow.
+
+    Data files (every `path` field of the task's data section; skipped with
+    `data_files=False`, as when training from a features file) must be readable files,
+    and a local preset must be a folder: `bertkit check` and `finetune` (before it
+    touches the run directory) answer "will this run start?".
+    """
+    origin = schema.Origin(recipe.source, _lines_of(recipe.source))
+    for field in dataclasses.fields(recipe.data) if data_files else ():
+        value = getattr(recipe.data, field.name)
+        if not field.metadata.get("path") or not isinstance(value, str):
+            continue
+        path = Path(value)
+        if not path.exists():
+            raise origin.error(f"file not found: {value}", ("data", field.name))
+        if not path.is_file() or not os.access(path, os.R_OK):
+            raise origin.error(f"not a readable file: {value}", ("data", field.name))
+    preset = recipe.backbone.preset
+    if preset.startswith("/") and not Path(preset).is_dir():
+        problem = "is not a folder" if Path(preset).exists() else "not found"
+        raise origin.error(f"preset folder {problem}: {preset}", ("backbone", "preset"))
+
+
+def _lines_of(source: str) -> dict:
+    try:
+        return load_yaml(source)[1] if Path(source).is_file() else {}
+    except UserError:
+        return {}
 
 
 def recipe_json_schema() -> dict:

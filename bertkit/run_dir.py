@@ -10,32 +10,47 @@ Layout::
     logs/                TensorBoard
     report.md, learning_curve.png
     saved_model/         raw-text TensorFlow SavedModel
+    .lock                held (flock) by the finetune writing the run; names its process
 
 A finished run is never overwritten without `overwrite=True`; an unfinished run
 of the same recipe is resumed; a folder that is not a run directory is never
-touched.
+touched. A run replaced with `overwrite=True` is moved aside to
+`.<name>.replaced` until the new run finishes, and moved back if the new run
+stops on a user error.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 from bertkit.errors import UserError
 
 RUNNING, FINISHED = "running", "finished"
+LOCK_FILE = ".lock"
 
 
 def write_json(path, value) -> None:
     """Writes JSON atomically: a crash never leaves a half-written file."""
     path = Path(path)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.fchmod(handle, 0o666 & ~_umask())  # mkstemp's 0600 would hide a shared run from others
     with os.fdopen(handle, "w") as file:
         json.dump(value, file, indent=2)
     os.replace(temporary, path)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
 
 
 def read_json(path, what: str = "file"):
@@ -74,22 +89,38 @@ class RunDirectory:
                             "model/task.json or model/model.weights.h5)", source=run.path)
         return run
 
+    @property
+    def replaced_dir(self) -> Path:
+        """Where `overwrite` keeps the previous run until the new one finishes."""
+        return self.path.with_name(f".{self.path.name}.replaced")
+
     def status(self) -> str | None:
-        if not self.run_file.exists():
+        """`running` or `finished`; None when the folder holds no bertkit run."""
+        if not self.run_file.is_file() or not self.recipe_file.is_file():
             return None
-        return read_json(self.run_file, "run file").get("status")
+        try:
+            run = json.loads(self.run_file.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        if not isinstance(run, dict) or run.get("status") not in (RUNNING, FINISHED):
+            return None
+        return run["status"]
 
     def prepare(self, recipe_yaml: str, overwrite: bool) -> bool:
-        """Creates or checks the directory for a run; returns True when resuming."""
+        """Creates or checks the directory for a run; returns True when resuming.
+
+        With `overwrite`, a previous run is moved to `replaced_dir`: `drop_replaced`
+        deletes it once the new run has finished, `restore_replaced` puts it back.
+        """
         if self.path.exists() and not self.path.is_dir():
             raise UserError("output path exists and is not a folder", source=self.path)
-        if self.path.is_dir() and any(self.path.iterdir()):
+        if not self.is_empty():
             status = self.status()
             if status is None:
                 raise UserError("output folder exists and is not a bertkit run directory; "
                                 "choose another output_dir", source=self.path)
             if overwrite:
-                shutil.rmtree(self.path)
+                self._move_aside()
             elif status == FINISHED:
                 raise UserError("holds a finished run; pass --overwrite (overwrite=True) to "
                                 "replace it, or choose another output folder", source=self.path)
@@ -103,6 +134,75 @@ class RunDirectory:
         self.recipe_file.write_text(recipe_yaml)
         self.set_status(RUNNING)
         return False
+
+    def _contents(self) -> list[Path]:
+        """The folder's entries but the lock file (it stays in place while it is held)."""
+        if not self.path.is_dir():
+            return []
+        return [entry for entry in self.path.iterdir() if entry.name != LOCK_FILE]
+
+    def is_empty(self) -> bool:
+        return not self._contents()
+
+    def _clear(self) -> None:
+        for entry in self._contents():
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+    def _move_aside(self) -> None:
+        if self.replaced_dir.exists():
+            # An earlier overwrite was interrupted: the run kept aside is the one to
+            # restore; the folder holds that unfinished replacement.
+            self._clear()
+            return
+        self.replaced_dir.mkdir()
+        for entry in self._contents():
+            os.replace(entry, self.replaced_dir / entry.name)
+
+    def restore_replaced(self) -> None:
+        """Puts back the run that `overwrite` moved aside (the new run failed)."""
+        if self.replaced_dir.is_dir():
+            self._clear()
+            self.path.mkdir(exist_ok=True)
+            for entry in self.replaced_dir.iterdir():
+                os.replace(entry, self.path / entry.name)
+            self.replaced_dir.rmdir()
+
+    def drop_replaced(self) -> None:
+        """Deletes the run that `overwrite` moved aside (the new run finished)."""
+        if self.replaced_dir.is_dir():
+            shutil.rmtree(self.replaced_dir)
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Holds an exclusive lock on the run directory (`.lock` inside it) while in use.
+
+        A second process gets a `UserError` naming the holder (pid, host, start time).
+        The lock is the kernel's (`flock`): a killed holder releases it, and a stale
+        file holds nothing. A folder that is not a run directory gets no lock file.
+        """
+        if self.path.exists() and not self.path.is_dir():
+            raise UserError("output path exists and is not a folder", source=self.path)
+        if not self.is_empty() and self.status() is None:
+            raise UserError("output folder exists and is not a bertkit run directory; "
+                            "choose another output_dir", source=self.path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        with open(self.path / LOCK_FILE, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise UserError(f"in use by {holder}; wait for it to end or choose another "
+                                "output folder", source=self.path) from None
+            handle.truncate(0)
+            started = time.strftime("%Y-%m-%d %H:%M:%S")
+            handle.write(f"bertkit finetune (pid {os.getpid()} on {socket.gethostname()}, "
+                         f"started {started})\n")
+            handle.flush()
+            try:
+                yield self
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def set_status(self, status: str, **extra) -> None:
         current = read_json(self.run_file) if self.run_file.exists() else {}

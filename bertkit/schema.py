@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -150,6 +151,8 @@ def _check_scalar(hint, value, origin, path):
 
 
 def _check_bounds(value, meta, origin, path):
+    if not math.isfinite(value):
+        raise origin.error(f"expected a finite number, got {value}", path)
     if "min" in meta and value < meta["min"]:
         raise origin.error(f"must be at least {meta['min']}, got {value}", path)
     if "max" in meta and value > meta["max"]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
 import sys
 import time
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.recipe import Recipe, load_recipe
-from bertkit.run_dir import FINISHED, RunDirectory, read_json, write_json
+from bertkit.recipe import Recipe, check_inputs, load_recipe
+from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json, write_json
 
 
 def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None,
@@ -38,17 +39,23 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         'positive'
     """
     recipe = _as_recipe(recipe, overrides, sections, output_dir)
+    check_inputs(recipe, data_files=not features)  # before the run directory is touched
+    if features and not Path(features).is_file():
+        raise UserError("file not found", source=features)
     run = RunDirectory(recipe.output_dir)
-    fresh = not run.path.exists() or not any(run.path.iterdir())
-    resuming = run.prepare(recipe.to_yaml(), overwrite)
-    try:
-        return _Trainer(recipe, run, resuming, verbose, features).execute()
-    except UserError:
-        if fresh and not run.metrics_file.exists():
-            import shutil
-
-            shutil.rmtree(run.path)  # nothing trained yet: leave no half-made run behind
-        raise
+    fresh = overwrite or run.is_empty()
+    with run.lock():
+        resuming = run.prepare(recipe.to_yaml(), overwrite)
+        try:
+            finetuned = _Trainer(recipe, run, resuming, verbose, features).execute()
+        except UserError:
+            if run.replaced_dir.is_dir():
+                run.restore_replaced()  # the run --overwrite was to replace comes back
+            elif fresh and not run.metrics_file.exists():
+                shutil.rmtree(run.path)  # nothing trained yet: leave no half-made run behind
+            raise
+        run.drop_replaced()
+    return finetuned
 
 
 def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
@@ -112,9 +119,14 @@ class TaskData:
             validation = reader.read(recipe.data.validation)
         else:
             train, validation = reader.split_validation(train)
+        state = state if state is not None else reader.fit_state(train)
+        labels = state.get("labels") if isinstance(state, dict) else None
+        if labels is not None and len(labels) < 2:
+            raise UserError(f"the training data has only one label ({', '.join(labels)}) and the "
+                            "model would learn nothing; a task needs at least two",
+                            source=recipe.data.train)
         pretrained = cls._backbone(recipe, load_pretrained)
-        task = _new_task(recipe, pretrained.tokenizer,
-                         state if state is not None else reader.fit_state(train))
+        task = _new_task(recipe, pretrained.tokenizer, state)
         validation_features = task.featurize(validation, training=False) if validation else None
         return cls(task, pretrained, _description(task, recipe),
                    task.featurize(train, training=True), validation, validation_features)
@@ -237,8 +249,6 @@ class _Trainer:
         return None
 
     def _export(self, finetuned) -> None:
-        import shutil
-
         import keras
 
         if keras.backend.backend() != "tensorflow":
@@ -271,25 +281,39 @@ class _Trainer:
     def _fit(self, model, task, batches, evaluate) -> list[dict]:
         import keras
 
-        from bertkit.callbacks import AtomicBackupAndRestore, Evaluate, SetEpoch, TrackRun
+        from bertkit.callbacks import (
+            AtomicBackupAndRestore,
+            Evaluate,
+            SetEpoch,
+            StopOnNonFiniteLoss,
+            TrackRun,
+        )
 
+        if self.resuming and read_json(self.run.run_file).get("trained"):
+            # Killed after training (final evaluation, export): the best weights are saved.
+            print(f"resuming {self.run.path} after training", file=sys.stderr)
+            model.optimizer.build(model.trainable_variables)  # as saved with the best weights
+            return read_json(self.run.metrics_file)["epochs"]
         initial_epoch = self.run.resumed_epoch() if self.resuming else 0
         history = []
         if initial_epoch and self.run.metrics_file.exists():
             history = read_json(self.run.metrics_file)["epochs"][:initial_epoch]
         monitor, mode = (f"val_{task.monitor}", task.mode) if evaluate else ("loss", "min")
-        callbacks = [SetEpoch(batches)]
+        callbacks = [SetEpoch(batches), StopOnNonFiniteLoss(self.training.learning_rate)]
         if evaluate:
             callbacks.append(Evaluate(evaluate))
         tracker = TrackRun(self.run, monitor, mode, self.training.early_stopping_patience,
                            history)
-        callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir))]
+        callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir),
+                                                      delete_checkpoint=False)]
         if keras.backend.backend() == "tensorflow":
             callbacks.append(keras.callbacks.TensorBoard(str(self.run.logs_dir), profile_batch=0))
         if initial_epoch:
             print(f"resuming {self.run.path} after epoch {initial_epoch}", file=sys.stderr)
         model.fit(batches.as_dataset(), epochs=self.training.epochs, callbacks=callbacks,
                   verbose=self.verbose, shuffle=False)  # batches are shuffled per epoch
+        self.run.set_status(RUNNING, trained=True)  # then the checkpoint is no longer needed
+        shutil.rmtree(self.run.checkpoint_dir, ignore_errors=True)
         return tracker.history
 
     def _write_results(self, history, final, seconds) -> None:

@@ -18,8 +18,23 @@ from bertkit.files import read_text
 KeyPath = tuple  # ("training", "learning_rate")
 
 
+MAX_RECIPE_BYTES = 1_000_000  # recipes are short; a bigger file is a mistake or an attack
+
+
 class RecipeLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading `3e-5` as a number as YAML 1.2 does (1.1 wants `3.0e-5`)."""
+    """PyYAML's safe loader, reading `3e-5` as a number as YAML 1.2 does (1.1 wants `3.0e-5`).
+
+    Anchors and aliases (`&a`, `*a`, `<<: *a`) are refused: ten lines of nested aliases
+    (a "billion laughs") expand to gigabytes, and a recipe has no need of them.
+    """
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(
+                None, None, "anchors and aliases (&name, *name) are not allowed in recipes; "
+                "write the values out", event.start_mark)
+        return super().compose_node(parent, index)
 
 
 RecipeLoader.add_implicit_resolver(
@@ -28,9 +43,15 @@ RecipeLoader.add_implicit_resolver(
     list("-+0123456789"))
 
 
-def parse_scalar(text: str):
-    """A command-line value as YAML would read it: `3` -> 3, `3e-5` -> 3e-05, `null` -> None."""
-    return yaml.load(text, Loader=RecipeLoader)
+def parse_scalar(text: str, key: str | None = None):
+    """A command-line value as YAML would read it: `3` -> 3, `3e-5` -> 3e-05, `null` -> None.
+
+    Invalid YAML, tags and aliases are a `UserError` from `--set`, naming `key`.
+    """
+    try:
+        return parse_yaml(text, source="--set")[0]
+    except UserError as error:
+        raise UserError(f"{error.message} (in '{text:.60}')", source="--set", key=key) from None
 
 
 def load_yaml(path) -> tuple[object, dict[KeyPath, int]]:
@@ -44,6 +65,9 @@ def load_yaml(path) -> tuple[object, dict[KeyPath, int]]:
         ({'a': {'b': 3}}, {(): 1, ('a',): 1, ('a', 'b'): 2})
     """
     path = Path(path)
+    if path.is_file() and path.stat().st_size > MAX_RECIPE_BYTES:
+        raise UserError(f"is {path.stat().st_size:,} bytes; a recipe is at most "
+                        f"{MAX_RECIPE_BYTES:,}", source=path)
     return parse_yaml(read_text(path), source=path)
 
 

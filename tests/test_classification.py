@@ -135,6 +135,8 @@ def test_sentence_pairs_from_jsonl_with_listed_labels(tmp_path):
 
 
 def test_data_errors_name_file_and_line(tmp_path):
+    write_tiny_checkpoint(tmp_path / "ckpt")  # the files exist: their content is wrong
+    (tmp_path / "dev.tsv").write_text("sentence\tlabel\n")
     (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood film\tpositive\nbad\n")
     spec = recipe(tmp_path)
     with pytest.raises(UserError, match=r"train.tsv:3: expected 2 fields \(sentence, label\), "
@@ -145,11 +147,11 @@ def test_data_errors_name_file_and_line(tmp_path):
     with pytest.raises(UserError, match=r"train.tsv:2: sentence: missing column 'sentence' "
                                         r"\(columns: text, label\)"):
         bertkit.finetune(spec, output_dir=tmp_path / "run2", verbose=0)
-    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood film\tpositive\n")
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood film\tpositive\n"
+                                        "bad film\tnegative\n")
     (tmp_path / "dev.tsv").write_text("sentence\tlabel\ngood film\tpositive\nok\tmeh\n")
-    write_tiny_checkpoint(tmp_path / "ckpt")
     with pytest.raises(UserError, match=r"dev.tsv:3: label: unknown label 'meh'; the model "
-                                        r"knows: positive"):
+                                        r"knows: negative, positive"):
         bertkit.finetune(spec, output_dir=tmp_path / "run3", verbose=0)
 
 

@@ -225,3 +225,10 @@ def test_micro_batches_count_every_masked_token_and_pair_once(tmp_path):
             assert mean == pytest.approx(expected, rel=1e-5), name
         slots = np.concatenate([w["mlm"].ravel() for _, _, w in parts])
         assert (slots == 0).any()  # unused prediction slots weigh nothing
+
+
+def test_saved_model_refuses_bad_shapes_and_answers_an_empty_batch(trained):
+    from bertkit.testing import assert_serving_refuses_bad_shapes
+
+    root, _, _, _ = trained
+    assert_serving_refuses_bad_shapes(root / "run" / "saved_model", ["text"])

@@ -100,11 +100,16 @@ def test_json_schema_covers_sections_and_tasks():
                                          "output_dir"}
     assert {"const": "classification"} in schema["properties"]["task"]["anyOf"]
     training = schema["properties"]["training"]["properties"]
-    assert training["epochs"] == {"type": "integer", "minimum": 1, "default": 3}
+    assert training["epochs"] == {"type": "integer", "minimum": 1, "maximum": 10_000,
+                                  "default": 3}
 
 
 def test_checking_a_recipe_does_not_import_tensorflow(tmp_path):
     path = write(tmp_path, GOOD)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.tsv").write_text("sentence\tlabel\n")
+    (tmp_path / "data" / "dev.tsv").write_text("sentence\tlabel\n")
+    (tmp_path.parent / "models" / "tiny").mkdir(parents=True, exist_ok=True)
     code = (f"import sys, bertkit.cli; bertkit.cli.main(['check', {str(path)!r}]); "
             "print(json.dumps(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules)))")
     out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True,

@@ -217,3 +217,9 @@ def test_saved_model_in_a_fresh_process_matches_predict(run):
     np.testing.assert_allclose(served["score"], [p["score"] for p in expected], atol=1e-4)
     np.testing.assert_allclose(served["null_score_diff"],
                                [p["null_score_diff"] for p in expected], atol=1e-4)
+
+
+def test_saved_model_refuses_bad_shapes_and_answers_an_empty_batch(run):
+    from bertkit.testing import assert_serving_refuses_bad_shapes
+
+    assert_serving_refuses_bad_shapes(run / "run" / "saved_model", ["question", "context"])

@@ -202,3 +202,10 @@ def test_saved_model_in_a_fresh_process_matches_predict(run):
         assert [{**e, "score": 0} for e in got] == [{**e, "score": 0} for e in want]
         np.testing.assert_allclose([e["score"] for e in got], [e["score"] for e in want],
                                    atol=1e-4)
+
+
+def test_saved_model_refuses_bad_shapes_and_answers_an_empty_batch(run):
+    from bertkit.testing import assert_serving_refuses_bad_shapes
+
+    tmp, _ = run
+    assert_serving_refuses_bad_shapes(tmp / "run" / "saved_model", ["text"])

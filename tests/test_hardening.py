@@ -1,0 +1,456 @@
+"""Hardening (issue 20): nothing lost, every bad input one line and exit status 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+
+
+def bertkit(*args, cwd=None, input=None):
+    return subprocess.run([sys.executable, "-m", "bertkit.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, input=input)
+
+
+def one_line_error(result, message):
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def write_recipe(tmp_path, name="r.yaml", **training):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump({
+        "schema": 1, "task": "classification",
+        "backbone": {"preset": "ckpt", "sequence_length": 16},
+        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+        "training": {"epochs": 1, "batch_size": 8, "learning_rate": 1e-3, **training},
+        "output_dir": "run"}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A folder with a finished tiny run (`run/`), its recipe, data and checkpoint."""
+    tmp_path = tmp_path_factory.mktemp("hardening")
+    write_tiny_checkpoint(tmp_path / "ckpt", num_layers=1, hidden_size=16, intermediate_size=32)
+    write_sentiment_tsv(tmp_path / "train.tsv", 32, seed=0)
+    write_sentiment_tsv(tmp_path / "dev.tsv", 8, seed=1)
+    result = bertkit("finetune", str(write_recipe(tmp_path)), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    return tmp_path
+
+
+def snapshot(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+# ---- 1. --overwrite replaces a run only when the new one can start
+
+def test_overwrite_with_a_missing_training_file_keeps_the_old_run(finished):
+    before = snapshot(finished / "run")
+    result = bertkit("finetune", str(write_recipe(finished)), "--overwrite", "--set",
+                     "data.train=missing.tsv", cwd=finished)
+    one_line_error(result, "data.train: file not found")
+    assert snapshot(finished / "run") == before
+
+
+def test_overwrite_with_a_missing_preset_keeps_the_old_run(finished):
+    before = snapshot(finished / "run")
+    result = bertkit("finetune", str(write_recipe(finished)), "--overwrite", "--set",
+                     f"backbone.preset={finished / 'nope'}", cwd=finished)
+    one_line_error(result, "backbone.preset: preset folder not found")
+    assert snapshot(finished / "run") == before
+
+
+def test_overwrite_failing_after_the_move_restores_the_old_run(finished):
+    before = snapshot(finished / "run")
+    (finished / "bad.tsv").write_text("wrong\theader\nx\ty\n")
+    result = bertkit("finetune", str(write_recipe(finished)), "--overwrite", "--set",
+                     "data.train=bad.tsv", cwd=finished)
+    one_line_error(result, "bad.tsv")
+    assert snapshot(finished / "run") == before
+    assert not (finished / ".run.replaced").exists()
+
+
+def test_overwrite_refuses_a_foreign_folder_holding_a_run_json(finished):
+    foreign = finished / "foreign"
+    foreign.mkdir()
+    (foreign / "run.json").write_text('{"name": "my other tool"}')
+    (foreign / "notes.txt").write_text("precious")
+    result = bertkit("finetune", str(write_recipe(finished)), "--overwrite", "--output",
+                     str(foreign), cwd=finished)
+    one_line_error(result, "not a bertkit run directory")
+    assert (foreign / "notes.txt").read_text() == "precious"
+
+
+# ---- 2. a kill after training finishes the run without training again
+
+def test_killed_during_export_the_rerun_trains_no_epoch_again(tmp_path, monkeypatch):
+    import keras
+
+    import bertkit
+    from bertkit import training
+
+    write_tiny_checkpoint(tmp_path / "ckpt", num_layers=1, hidden_size=16, intermediate_size=32)
+    write_sentiment_tsv(tmp_path / "train.tsv", 32, seed=0)
+    write_sentiment_tsv(tmp_path / "dev.tsv", 8, seed=1)
+    recipe = write_recipe(tmp_path, epochs=2)
+
+    def killed(self, finetuned):
+        raise SystemExit("killed during export")
+
+    monkeypatch.setattr(training._Trainer, "_export", killed)
+    with pytest.raises(SystemExit):
+        bertkit.finetune(recipe, verbose=0)
+    metrics_file = tmp_path / "run" / "metrics.json"
+    after_kill = json.loads(metrics_file.read_text())
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "running"
+    monkeypatch.undo()
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(keras.Model, "fit", no_training)
+    bertkit.finetune(recipe, verbose=0)
+    rerun = json.loads(metrics_file.read_text())
+    assert [e["epoch"] for e in rerun["epochs"]] == [1, 2]
+    assert rerun == after_kill
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"
+    assert (tmp_path / "run" / "saved_model" / "saved_model.pb").exists()
+
+
+# ---- 3. a diverging run stops with one line; no NaN in recipes or in predict's JSON
+
+def test_a_diverging_run_stops_with_one_line_and_keeps_its_checkpoint(finished):
+    result = bertkit("finetune", str(write_recipe(finished, "diverge.yaml", epochs=3,
+                                                  learning_rate=1e6, max_grad_norm=None)),
+                     "--output", "diverged", cwd=finished)
+    one_line_error(result, "training.learning_rate: training diverged: the loss is nan")
+    assert "lower the learning rate (now 1e+06)" in result.stderr
+    run = finished / "diverged"
+    if run.exists():  # diverged after an epoch: that epoch's checkpoint is kept
+        assert json.loads((run / "run.json").read_text())["status"] == "running"
+        assert not (run / "saved_model").exists()
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-.inf", "1e400"])
+def test_recipe_numbers_must_be_finite(finished, value):
+    result = bertkit("check", str(write_recipe(finished)), "--set",
+                     f"training.learning_rate={value}", cwd=finished)
+    one_line_error(result, "training.learning_rate: expected a finite number")
+
+
+def test_predict_prints_null_for_nan_scores(finished, tmp_path):
+    import shutil
+
+    import h5py
+    import numpy as np
+
+    run = tmp_path / "nan_run"
+    shutil.copytree(finished / "run", run)
+    with h5py.File(run / "model" / "model.weights.h5", "r+") as weights:
+        def poison(name, item):
+            if isinstance(item, h5py.Dataset) and item.dtype.kind == "f":
+                item[...] = np.nan
+        weights.visititems(poison)
+    result = bertkit("predict", str(run), input="a good film\n")
+    assert result.returncode == 0, result.stderr
+
+    def refuse(constant):
+        raise ValueError(f"invalid JSON constant {constant}")
+
+    prediction = json.loads(result.stdout, parse_constant=refuse)
+    assert prediction["score"] is None
+
+
+# ---- 4. one finetune at a time per run directory
+
+def test_a_second_finetune_on_a_locked_run_names_the_holder(finished):
+    import os
+
+    from bertkit.run_dir import RunDirectory
+
+    before = snapshot(finished / "run")
+    with RunDirectory(finished / "run").lock():
+        result = bertkit("finetune", str(write_recipe(finished)), "--overwrite", cwd=finished)
+    one_line_error(result, f"run: in use by bertkit finetune (pid {os.getpid()} on ")
+    assert "started 20" in result.stderr
+    assert snapshot(finished / "run") == before
+
+
+# ---- 5. predict: one output per input line, every bad input named
+
+def test_predict_gives_one_output_per_input_line(finished):
+    lines = ["a good film", "", '{"text": "ok", "text_pair": 7}', '{"text": "\\ud800"}',
+             "   ", "a dull film"]
+    result = bertkit("predict", str(finished / "run"), input="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    outputs = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(outputs) == len(lines)
+    assert "label" in outputs[0] and "label" in outputs[5]
+    assert outputs[1] == {"error": "input 2: empty input"}
+    assert outputs[2] == {"error": "input 3: 'text_pair' must be a text, got 7"}
+    assert outputs[3] == {"error": "input 4: 'text' is not valid Unicode (a lone surrogate)"}
+    assert outputs[4] == {"error": "input 5: empty input"}
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"good\nna\xefve caf\xe9\n", "in.txt:2: not UTF-8 text (byte 0xef at column 3)"),
+    (b"good\n\x00\x01\x02binary\n", "in.txt:2: binary data (a NUL byte)"),
+])
+def test_predict_refuses_input_that_is_not_utf8_text(finished, tmp_path, data, message):
+    (tmp_path / "in.txt").write_bytes(data)
+    one_line_error(bertkit("predict", str(finished / "run"), "--input", "in.txt", cwd=tmp_path),
+                   message)
+
+
+def test_predict_refuses_a_folder_as_input(finished, tmp_path):
+    one_line_error(bertkit("predict", str(finished / "run"), "--input", str(tmp_path)),
+                   "is a folder; expected a file with one input per line")
+
+
+def test_predict_refuses_binary_stdin(finished):
+    result = subprocess.run([sys.executable, "-m", "bertkit.cli", "predict",
+                             str(finished / "run")], input=b"\xff\xfe\x00x", capture_output=True)
+    assert result.returncode == 2 and b"<stdin>:1: binary data" in result.stderr
+
+
+def test_python_predict_takes_a_string_as_one_input(finished):
+    import bertkit as api
+    from bertkit.errors import UserError
+
+    model = api.load(finished / "run")
+    assert len(model.predict("hello world")) == 1
+    assert model.predict("hello world") == model.predict(["hello world"])
+    with pytest.raises(UserError, match="input 2: empty input"):
+        model.predict(["fine", None])
+    assert model.predict(["fine", None], errors="report")[1] == {"error": "input 2: empty input"}
+
+
+# ---- 6. the SavedModel refuses bad shapes and answers an empty batch (classification;
+# the other tasks' tests call the same helper)
+
+def test_saved_model_refuses_bad_shapes_and_answers_an_empty_batch(finished):
+    from bertkit.testing import assert_serving_refuses_bad_shapes
+
+    assert_serving_refuses_bad_shapes(finished / "run" / "saved_model", ["text"])
+
+
+# ---- 7. YAML bombs and bad --set values
+
+BILLION_LAUGHS = """\
+schema: 1
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+"""
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_in_bounded_memory(tmp_path):
+    import resource
+    import time
+
+    from bertkit.errors import UserError
+    from bertkit.recipe import load_recipe
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(BILLION_LAUGHS)
+    started = time.perf_counter()
+    with pytest.raises(UserError, match="bomb.yaml:2: invalid YAML: anchors and aliases"):
+        load_recipe(bomb)
+    assert time.perf_counter() - started < 1.0
+
+    def two_gigabytes():
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    result = subprocess.run([sys.executable, "-m", "bertkit.cli", "check", str(bomb)],
+                            capture_output=True, text=True, preexec_fn=two_gigabytes, timeout=60)
+    one_line_error(result, "anchors and aliases (&name, *name) are not allowed in recipes")
+
+
+def test_a_recipe_over_a_megabyte_is_refused(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("schema: 1\n" + "# padding\n" * 110_000)
+    one_line_error(bertkit("check", str(big)), "big.yaml: is 1,100,010 bytes; a recipe is at "
+                                               "most 1,000,000")
+
+
+@pytest.mark.parametrize("value, message", [
+    ("[1", "--set: training.epochs: invalid YAML: expected ',' or ']'"),
+    ("*a", "--set: training.epochs: invalid YAML: anchors and aliases"),
+    ('!!python/object/apply:os.system ["true"]',
+     "--set: training.epochs: unsupported YAML tag 'tag:yaml.org,2002:python/object/apply"),
+])
+def test_set_values_that_are_not_plain_yaml(tmp_path, value, message):
+    result = bertkit("check", str(write_recipe(tmp_path)), "--set", f"training.epochs={value}",
+                     cwd=tmp_path)
+    one_line_error(result, message)
+
+
+# ---- 9. run files follow the user's umask
+
+def test_run_files_follow_the_umask(finished, tmp_path):
+    import os
+    import stat
+
+    from bertkit.run_dir import write_json
+
+    mask = os.umask(0o027)
+    try:
+        write_json(tmp_path / "x.json", {"a": 1})
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "x.json").stat().st_mode) == 0o640
+    for name in ("run.json", "metrics.json", "model/task.json"):
+        assert stat.S_IMODE((finished / "run" / name).stat().st_mode) == 0o666 & ~mask, name
+
+
+# ---- 11. --version
+
+def test_version():
+    import bertkit as api
+
+    result = bertkit("--version")
+    assert result.returncode == 0 and result.stdout == f"bertkit {api.__version__}\n"
+
+
+# ---- 10. check answers "will this run start?"; absurd values and one-class data refused
+
+def test_check_reports_a_missing_data_file_without_tensorflow(finished):
+    result = bertkit("check", str(write_recipe(finished)), "--set", "data.validation=nope.tsv",
+                     cwd=finished)
+    one_line_error(result, "data.validation: file not found: ")
+
+
+def test_check_reports_a_missing_preset_folder(finished):
+    result = bertkit("check", str(write_recipe(finished)), "--set",
+                     f"backbone.preset={finished / 'gone'}", cwd=finished)
+    one_line_error(result, f"backbone.preset: preset folder not found: {finished / 'gone'}")
+
+
+def test_check_passes_a_recipe_whose_files_exist(finished):
+    result = bertkit("check", str(write_recipe(finished)), cwd=finished)
+    assert result.returncode == 0 and "name: classification" in result.stdout
+
+
+@pytest.mark.parametrize("value, message", [
+    ("100000000000000000000", "training.epochs: must be at most 10000"),
+    ("1e20", "training.epochs: expected an integer, got 1e+20"),
+])
+def test_absurd_epochs_are_refused(finished, value, message):
+    result = bertkit("check", str(write_recipe(finished)), "--set", f"training.epochs={value}",
+                     cwd=finished)
+    one_line_error(result, message)
+
+
+def test_a_single_class_training_set_is_refused(finished, tmp_path):
+    (tmp_path / "one.tsv").write_text("sentence\tlabel\n" + "a good film\tpositive\n" * 8)
+    result = bertkit("finetune", str(write_recipe(finished)), "--set",
+                     f"data.train={tmp_path / 'one.tsv'}", "--set", "data.validation=null",
+                     "--output", str(tmp_path / "one_run"), cwd=finished)
+    one_line_error(result, "one.tsv: the training data has only one label (positive)")
+    assert not (tmp_path / "one_run").exists()
+
+
+# ---- 8. files in the way, files that cannot be written, corrupt files
+
+def test_finetune_output_that_is_a_file(finished, tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    result = bertkit("finetune", str(write_recipe(finished)), "--output", str(tmp_path / "afile"),
+                     cwd=finished)
+    one_line_error(result, "afile: output path exists and is not a folder")
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_export_out_that_is_a_file(finished, tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    result = bertkit("export", str(finished / "run"), "--out", str(tmp_path / "afile"))
+    one_line_error(result, "afile: export path exists and is not a folder; choose another")
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+def test_finetune_output_in_a_folder_the_user_cannot_write(finished, tmp_path):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes to any folder")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    result = bertkit("finetune", str(write_recipe(finished)), "--output", str(locked / "run"),
+                     cwd=finished)
+    one_line_error(result, "run: Permission denied")
+
+
+def test_evaluate_on_a_read_only_run_prints_then_warns(finished, monkeypatch, capsys):
+    from bertkit import cli, run_dir
+
+    def read_only(path, value):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(run_dir, "write_json", read_only)
+    assert cli.main(["evaluate", str(finished / "run")]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("accuracy: ")
+    assert err == (f"bertkit: warning: results not saved in {finished / 'run' / 'evaluation'}: "
+                   "Permission denied\n")
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("config", "backbone.preset: cannot read '"),
+    ("safetensors", "backbone.preset: cannot read the weights in '"),
+])
+def test_a_corrupt_preset_is_one_line_and_leaves_no_run(finished, tmp_path, damage, message):
+    import shutil
+
+    preset = tmp_path / "preset"
+    shutil.copytree(finished / "ckpt", preset)
+    if damage == "config":
+        (preset / "config.json").write_text('{"model_type": "bert", "hidden_size": ')
+    else:
+        weights = preset / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])
+    result = bertkit("finetune", str(write_recipe(finished)), "--set",
+                     f"backbone.preset={preset}", "--output", str(tmp_path / "new"),
+                     cwd=finished)
+    one_line_error(result, message)
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_truncated_run_weights_file_is_one_line(finished, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(finished / "run", run)
+    weights = run / "model" / "model.weights.h5"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    one_line_error(bertkit("predict", str(run), input="a good film\n"),
+                   "model.weights.h5: cannot read the model weights (truncated or corrupt file?)")
+
+
+def test_a_folder_that_cannot_be_made_is_one_line_even_for_root(finished, tmp_path, monkeypatch,
+                                                                capsys):
+    from pathlib import Path
+
+    from bertkit import cli
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", denied)
+    monkeypatch.chdir(finished)
+    status = cli.main(["finetune", str(write_recipe(finished)), "--output",
+                       str(tmp_path / "new")])
+    assert status == 2
+    assert capsys.readouterr().err == f"bertkit: error: {tmp_path / 'new'}: Permission denied\n"

@@ -99,25 +99,33 @@ class TaskData:
     validation_features: object
 
     @classmethod
-    def read(cls, recipe: Recipe, state: dict | None = None) -> TaskData:
+    def read(cls, recipe: Recipe, state: dict | None = None, phases=None) -> TaskData:
+        """Reads, loads the backbone and featurizes; `phases` (a `Phases`) times each."""
         from bertkit.backbone import load_pretrained
+        from bertkit.phases import Phases
 
+        phases = phases or Phases()
         # Reading needs only the options: it runs before the model loads, so data errors
         # come fast; the task that featurizes is then made complete, tokenizer and state.
-        reader = _new_task(recipe)
-        train = reader.read(recipe.data.train)
-        if not train:
-            raise UserError("no training examples", source=recipe.data.train)
-        if recipe.data.validation:
-            validation = reader.read(recipe.data.validation)
-        else:
-            train, validation = reader.split_validation(train)
-        pretrained = cls._backbone(recipe, load_pretrained)
-        task = _new_task(recipe, pretrained.tokenizer,
-                         state if state is not None else reader.fit_state(train))
-        validation_features = task.featurize(validation, training=False) if validation else None
-        return cls(task, pretrained, _description(task, recipe),
-                   task.featurize(train, training=True), validation, validation_features)
+        with phases("read"):
+            reader = _new_task(recipe)
+            train = reader.read(recipe.data.train)
+            if not train:
+                raise UserError("no training examples", source=recipe.data.train)
+            if recipe.data.validation:
+                validation = reader.read(recipe.data.validation)
+            else:
+                train, validation = reader.split_validation(train)
+        with phases("load_backbone"):
+            pretrained = cls._backbone(recipe, load_pretrained)
+        with phases("featurize"):
+            task = _new_task(recipe, pretrained.tokenizer,
+                             state if state is not None else reader.fit_state(train))
+            validation_features = (task.featurize(validation, training=False) if validation
+                                   else None)
+            train_features = task.featurize(train, training=True)
+        return cls(task, pretrained, _description(task, recipe), train_features, validation,
+                   validation_features)
 
     @classmethod
     def from_file(cls, recipe: Recipe, path) -> TaskData:
@@ -158,9 +166,15 @@ def _description(task, recipe: Recipe) -> dict:
 
 
 class _Trainer:
-    """One run's steps, top to bottom: data, model, fit, final evaluation, export."""
+    """One run's steps, top to bottom: data, model, fit, final evaluation, export.
+
+    Each step's wall seconds go to `run.json` under `phases` (see `bertkit.phases`).
+    """
 
     def __init__(self, recipe: Recipe, run: RunDirectory, resuming: bool, verbose, features):
+        from bertkit.phases import Phases
+
+        self.phases = Phases()
         self.recipe, self.run, self.resuming = recipe, run, resuming
         self.training = recipe.training
         self.features_file = features
@@ -189,46 +203,59 @@ class _Trainer:
         from bertkit.optimization import make_optimizer
 
         started = time.time()
-        recipe, training = self.recipe, self.training
+        recipe, training, phases = self.recipe, self.training, self.phases
         keras.utils.set_random_seed(training.seed)
 
         # ---- data, backbone, features
         if self.features_file:
-            data = TaskData.from_file(recipe, self.features_file)
+            with phases("read"):
+                data = TaskData.from_file(recipe, self.features_file)
         else:
-            data = TaskData.read(recipe, self._saved_state())
+            data = TaskData.read(recipe, self._saved_state(), phases)
         task, description = data.task, data.description
         buckets = tuple(description["bucket_lengths"])
         eval_batch_size = training.eval_batch_size or 2 * training.batch_size
-        batches = TrainingBatches(task, data.train_features, training.batch_size, buckets,
-                                  training.seed, training.batch_order, training.micro_batches)
 
         # ---- model
-        model = task.build_model(data.pretrained.backbone)
-        task.initialize_head(model, data.pretrained.checkpoint_tensors())
-        model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
-                      weighted_metrics=task.metrics(),  # Keras gives plain `metrics` no weights
-                      jit_compile=jit_compile_setting(training.jit_compile))
-        save_architecture(data.pretrained, self.run.model_dir)
-        write_json(self.run.task_file, description)
+        with phases("build_model"):
+            batches = TrainingBatches(task, data.train_features, training.batch_size, buckets,
+                                      training.seed, training.batch_order,
+                                      training.micro_batches)
+            model = task.build_model(data.pretrained.backbone)
+            task.initialize_head(model, data.pretrained.checkpoint_tensors())
+            model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
+                          weighted_metrics=task.metrics(),  # Keras: plain `metrics` get no weights
+                          jit_compile=jit_compile_setting(training.jit_compile))
+            save_architecture(data.pretrained, self.run.model_dir)
+            write_json(self.run.task_file, description)
 
-        # ---- fit
+        # ---- fit: its steps and evaluations are timed apart; `fit_overhead` is the rest
+        # (Keras' set-up, checkpoints, TensorBoard logs, the metrics file)
         validation = _Validation(task, data.validation, data.validation_features,
-                                 eval_batch_size, buckets) if data.validation else None
-        history = self._fit(model, task, batches, validation and validation.evaluate)
+                                 eval_batch_size, buckets, phases) if data.validation else None
+        parts = ("first_step", "train_steps", "evaluation")
+        before = phases.total(parts)
+        with phases("fit_overhead"):
+            history, best_epoch = self._fit(model, task, batches, validation)
+        phases.add("fit_overhead", before - phases.total(parts))
 
         # ---- best weights, calibration, final evaluation, report, export
-        model.load_weights(self.run.weights_file)
-        final = {}
-        if validation:
-            final["validation"], description = self._calibrate(validation, model, description)
-        finetuned = FineTunedModel(self.run, task, model, description)
-        if recipe.data.test and not self.features_file:
-            final["test"] = finetuned.evaluate(recipe.data.test, eval_batch_size)
-        self._write_results(history, final, time.time() - started)
-        task.write_artifacts(data.pretrained.backbone, self.run.path)
-        self._export(finetuned)
-        self.run.set_status(FINISHED)
+        with phases("final_evaluation"):
+            model.load_weights(self.run.weights_file)
+            final = {}
+            if validation:
+                final["validation"], description = self._calibrate(validation, model,
+                                                                    description, best_epoch)
+            finetuned = FineTunedModel(self.run, task, model, description)
+            if recipe.data.test and not self.features_file:
+                final["test"] = finetuned.evaluate(recipe.data.test, eval_batch_size)
+        with phases("report"):
+            self._write_results(history, final, time.time() - started)
+            task.write_artifacts(data.pretrained.backbone, self.run.path)
+        with phases("export"):
+            self._export(finetuned)
+        self.run.set_status(FINISHED, phases=phases.record())
+        print(phases.line())
         return finetuned
 
     def _saved_state(self) -> dict | None:
@@ -249,16 +276,18 @@ class _Trainer:
             shutil.rmtree(self.run.saved_model_dir)  # from an interrupted export of this run
         finetuned.export(self.run.saved_model_dir)
 
-    def _calibrate(self, validation, model, description: dict) -> tuple[dict, dict]:
+    def _calibrate(self, validation, model, description: dict,
+                   best_epoch: int | None) -> tuple[dict, dict]:
         """The best weights' validation metrics, after the task calibrates on them.
 
+        The best epoch's validation outputs are those its evaluation kept (predicted
+        again only in a resumed run whose best epoch came before the interruption).
         The task's state update (e.g. span QA's tuned no-answer threshold) is saved
         in `model/task.json` and the predictions decoded again with it, so the
         metrics and the predictions file describe the model that is exported.
         """
         task = validation.task
-        outputs = validation.outputs(model)
-        predictions = validation.decode(outputs)
+        outputs, predictions = validation.best_outputs(best_epoch, model)
         update = task.calibrate(validation.examples, predictions)
         if update:
             task.state = {**task.state, **update}
@@ -268,21 +297,28 @@ class _Trainer:
         task.write_predictions(validation.examples, predictions, self.run.path)
         return task.evaluate(validation.examples, predictions), description
 
-    def _fit(self, model, task, batches, evaluate) -> list[dict]:
+    def _fit(self, model, task, batches, validation) -> tuple[list[dict], int | None]:
+        """Keras `fit` with the run's callbacks; the history and the best epoch."""
         import keras
 
-        from bertkit.callbacks import AtomicBackupAndRestore, Evaluate, SetEpoch, TrackRun
+        from bertkit.callbacks import (
+            AtomicBackupAndRestore,
+            Evaluate,
+            SetEpoch,
+            TimeSteps,
+            TrackRun,
+        )
 
         initial_epoch = self.run.resumed_epoch() if self.resuming else 0
         history = []
         if initial_epoch and self.run.metrics_file.exists():
             history = read_json(self.run.metrics_file)["epochs"][:initial_epoch]
-        monitor, mode = (f"val_{task.monitor}", task.mode) if evaluate else ("loss", "min")
-        callbacks = [SetEpoch(batches)]
-        if evaluate:
-            callbacks.append(Evaluate(evaluate))
+        monitor, mode = (f"val_{task.monitor}", task.mode) if validation else ("loss", "min")
+        callbacks = [SetEpoch(batches), TimeSteps(self.phases)]
+        if validation:
+            callbacks.append(Evaluate(validation.evaluate))
         tracker = TrackRun(self.run, monitor, mode, self.training.early_stopping_patience,
-                           history)
+                           history, on_best=validation and validation.keep_latest)
         callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir))]
         if keras.backend.backend() == "tensorflow":
             callbacks.append(keras.callbacks.TensorBoard(str(self.run.logs_dir), profile_batch=0))
@@ -290,7 +326,8 @@ class _Trainer:
             print(f"resuming {self.run.path} after epoch {initial_epoch}", file=sys.stderr)
         model.fit(batches.as_dataset(), epochs=self.training.epochs, callbacks=callbacks,
                   verbose=self.verbose, shuffle=False)  # batches are shuffled per epoch
-        return tracker.history
+        best = tracker.best()
+        return tracker.history, best and best["epoch"]
 
     def _write_results(self, history, final, seconds) -> None:
         from bertkit.report import plot_learning_curve, write_report
@@ -308,13 +345,22 @@ class _Trainer:
 
 @dataclasses.dataclass
 class _Validation:
-    """The validation split, featurized once: predicted after every epoch and at the end."""
+    """The validation split, featurized once and predicted after every epoch.
+
+    The outputs and predictions of the best epoch so far stay in memory (per-row
+    logits: small for classification and tagging, start/end logits per window for
+    span QA), so the end of the run calibrates and reports on them without
+    predicting the validation split again.
+    """
 
     task: object
     examples: list
     features: object
     batch_size: int
     buckets: tuple
+    phases: object
+    latest: tuple | None = None  # (outputs, predictions) of the last evaluation
+    best: tuple | None = None  # (epoch, outputs, predictions) of the best epoch so far
 
     def outputs(self, model) -> dict:
         from bertkit.inference import predict_rows
@@ -325,7 +371,22 @@ class _Validation:
         return self.task.decode(self.examples, self.features, outputs)
 
     def evaluate(self, model) -> dict:
-        return self.task.evaluate(self.examples, self.decode(self.outputs(model)))
+        with self.phases("evaluation"):
+            outputs = self.outputs(model)
+            predictions = self.decode(outputs)
+            self.latest = (outputs, predictions)
+            return self.task.evaluate(self.examples, predictions)
+
+    def keep_latest(self, epoch: int) -> None:
+        """The last evaluation was epoch `epoch`'s, the best so far: keep its outputs."""
+        self.best, self.latest = (epoch, *self.latest), None
+
+    def best_outputs(self, epoch: int | None, model) -> tuple[dict, list[dict]]:
+        """Epoch `epoch`'s outputs and predictions: kept, or predicted with `model`."""
+        if self.best is not None and self.best[0] == epoch:
+            return self.best[1], self.best[2]
+        outputs = self.outputs(model)  # a resumed run whose best epoch was not in this process
+        return outputs, self.decode(outputs)
 
 
 def jit_compile_setting(setting):

@@ -21,6 +21,7 @@ class Phases:
     def __init__(self):
         self.seconds: dict[str, float] = {}
         self.started = time.perf_counter()
+        self.called_at = time.time()  # Unix time: start-up is measured up to here
 
     @contextlib.contextmanager
     def __call__(self, name: str):

@@ -37,12 +37,16 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         >>> model.predict(["What a delight."])[0]["label"]  # doctest: +SKIP
         'positive'
     """
-    recipe = _as_recipe(recipe, overrides, sections, output_dir)
-    run = RunDirectory(recipe.output_dir)
-    fresh = not run.path.exists() or not any(run.path.iterdir())
-    resuming = run.prepare(recipe.to_yaml(), overwrite)
+    from bertkit.phases import Phases
+
+    phases = Phases()
+    with phases("recipe"):
+        recipe = _as_recipe(recipe, overrides, sections, output_dir)
+        run = RunDirectory(recipe.output_dir)
+        fresh = not run.path.exists() or not any(run.path.iterdir())
+        resuming = run.prepare(recipe.to_yaml(), overwrite)
     try:
-        return _Trainer(recipe, run, resuming, verbose, features).execute()
+        return _Trainer(recipe, run, resuming, verbose, features, phases).execute()
     except UserError:
         if fresh and not run.metrics_file.exists():
             import shutil
@@ -171,10 +175,9 @@ class _Trainer:
     Each step's wall seconds go to `run.json` under `phases` (see `bertkit.phases`).
     """
 
-    def __init__(self, recipe: Recipe, run: RunDirectory, resuming: bool, verbose, features):
-        from bertkit.phases import Phases
-
-        self.phases = Phases()
+    def __init__(self, recipe: Recipe, run: RunDirectory, resuming: bool, verbose, features,
+                 phases):
+        self.phases = phases
         self.recipe, self.run, self.resuming = recipe, run, resuming
         self.training = recipe.training
         self.features_file = features
@@ -254,7 +257,7 @@ class _Trainer:
             task.write_artifacts(data.pretrained.backbone, self.run.path)
         with phases("export"):
             self._export(finetuned)
-        self.run.set_status(FINISHED, phases=phases.record())
+        self.run.set_status(FINISHED, phases=phases.record(), finetune_called_at=phases.called_at)
         print(phases.line())
         return finetuned
 

@@ -229,6 +229,10 @@ class _Trainer:
             model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
                           weighted_metrics=task.metrics(),  # Keras: plain `metrics` get no weights
                           jit_compile=jit_compile_setting(training.jit_compile))
+            # Without a tf.distribute strategy Keras builds the optimizer inside the first
+            # traced step; the slot variables it creates there make TensorFlow trace the
+            # whole training step a second time. Built here, the step is traced once.
+            model.optimizer.build(model.trainable_variables)
             save_architecture(data.pretrained, self.run.model_dir)
             write_json(self.run.task_file, description)
 

@@ -1,8 +1,10 @@
-"""The end of a run reuses the best epoch's validation outputs; a run times its phases."""
+"""The end of a run reuses the best epoch's validation outputs, traces its training step once
+and times its phases."""
 
 import json
 
 import pytest
+import tensorflow as tf
 
 import bertkit
 import bertkit.inference
@@ -30,9 +32,19 @@ def test_final_metrics_are_the_best_epochs_without_evaluating_again(tmp_path, mo
               "data": {"train": str(tmp_path / "train.tsv"),
                        "validation": str(tmp_path / "dev.tsv"), "text": "sentence"},
               "training": {"epochs": EPOCHS, "batch_size": 16, "learning_rate": 3e-3}}
-    bertkit.finetune(recipe, output_dir=tmp_path / "run", verbose=0)
+    created_in_a_trace = []
+
+    def creator(next_creator, **kwargs):
+        if tf.inside_function():
+            created_in_a_trace.append(kwargs.get("name"))
+        return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(creator):
+        bertkit.finetune(recipe, output_dir=tmp_path / "run", verbose=0)
 
     assert calls == [40] * EPOCHS  # one validation prediction per epoch, none at the end
+    # a variable made while the step is traced (the optimizer's) makes TensorFlow trace it twice
+    assert created_in_a_trace == []
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     best = metrics["epochs"][run["best_epoch"] - 1]

@@ -16,8 +16,8 @@ epsilon is 1e-6, bertkit's value (HF's default is 1e-8), so the optimizers are t
          truncated to `--max-length` tokens as run_ner does (words past the cut get no
          prediction: they are tagged O); a word's label sits on its first sub-token, -100
          elsewhere; its predicted tag is read from its first sub-token. Writes one list of
-         tags per sentence for the dev and the test file (argmax, as run_ner), each word's
-         label probabilities (`labels` gives their order) for other decodings.
+         tags per sentence for the dev and (`--test`) the test file (argmax, as run_ner),
+         each word's label probabilities (`labels` gives their order) for other decodings.
     qa:  `BertForQuestionAnswering`, run_qa's preprocessing (question first, truncation
          only_second, max_length 384, overlap `--stride` tokens between windows,
          overflowing tokens, offset mapping; train labels on the first answer, [CLS] when the
@@ -47,8 +47,12 @@ epsilon is 1e-6, bertkit's value (HF's default is 1e-8), so the optimizers are t
 
 The ner and qa result JSON holds the predictions, `train_seconds` (the training loop only: batches,
 forward, backward, optimizer steps), `train_rows` (feature rows per epoch),
-`sequences_trained` (rows x epochs), token counts and `torch_threads`
-(`torch.get_num_threads()`).
+`sequences_trained` (rows x epochs), token counts, `torch_threads`
+(`torch.get_num_threads()`), `eval_seconds` (the per-epoch evaluations) and the Unix times
+`imported_at` (torch and transformers imported) and `finished_at` (before the JSON is written),
+from which `benchmarks/whole_command.py` splits the subprocess's wall time. With
+`--eval-each-epoch`, ner's final dev tags are the last epoch's evaluation (the same weights),
+not a second pass.
 
     /tmp/hfenv/bin/python benchmarks/hf_reference.py ner --model MODEL_DIR \\
         --train train.txt --dev dev.txt --test test.txt --out result.json
@@ -66,6 +70,8 @@ import time
 import numpy as np
 import torch
 import transformers
+
+IMPORTED_AT = time.time()  # benchmarks/whole_command.py: start-up ends here
 
 IGNORED = -100  # the label the loss skips
 # as bertkit_tasks.tagging.conll: a no-break space stays inside a word
@@ -237,7 +243,7 @@ def train(model, rows, collator, args, after_epoch=None) -> dict:
     total_steps = args.epochs * len(loader)
     optimizer, schedule = make_optimizer(model, args, total_steps)
     model.train()
-    padded_tokens = 0
+    padded_tokens, eval_seconds = 0, 0.0
     started = time.perf_counter()
     for epoch in range(args.epochs):
         for step, batch in enumerate(loader):
@@ -250,9 +256,10 @@ def train(model, rows, collator, args, after_epoch=None) -> dict:
             paused = time.perf_counter()
             after_epoch(epoch)
             model.train()
+            eval_seconds += time.perf_counter() - paused
             started += time.perf_counter() - paused  # evaluation is not training time
     seconds = time.perf_counter() - started
-    return {"train_seconds": seconds, "train_rows": len(rows),
+    return {"train_seconds": seconds, "eval_seconds": eval_seconds, "train_rows": len(rows),
             "sequences_trained": len(rows) * args.epochs, "steps": total_steps,
             "tokens_trained": sum(len(r["input_ids"]) for r in rows) * args.epochs,
             "padded_tokens_trained": padded_tokens}
@@ -312,9 +319,9 @@ def run_ner(args, tokenizer) -> dict:
         args.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_ids)
     collator = transformers.DataCollatorForTokenClassification(tokenizer)
     rows, _ = ner_features(tokenizer, train_sentences, label_ids, args.max_length)
+    files = (("dev", args.dev), ("test", args.test)) if args.test else (("dev", args.dev),)
     splits = {split: (sentences, *ner_features(tokenizer, sentences, label_ids, args.max_length))
-              for split, sentences in (("dev", read_conll(args.dev)),
-                                       ("test", read_conll(args.test)))}
+              for split, sentences in ((split, read_conll(path)) for split, path in files)}
 
     def tag(split):
         sentences, rows, word_ids = splits[split]
@@ -322,14 +329,16 @@ def run_ner(args, tokenizer) -> dict:
         return [word_tags(row_logits, ids, len(words), labels) for row_logits, ids, (words, _)
                 in zip(logits, word_ids, sentences, strict=True)]
 
-    dev_tags_by_epoch = []
+    dev_tagged_by_epoch = []
     result = train(model, rows, collator, args, after_epoch=(
-        (lambda epoch: dev_tags_by_epoch.append([tags for tags, _, _ in tag("dev")]))
-        if args.eval_each_epoch else None))
+        (lambda epoch: dev_tagged_by_epoch.append(tag("dev"))) if args.eval_each_epoch
+        else None))
     if args.eval_each_epoch:
-        result["dev_tags_by_epoch"] = dev_tags_by_epoch
-    for split in ("dev", "test"):
-        tagged = tag(split)
+        result["dev_tags_by_epoch"] = [[tags for tags, _, _ in tagged]
+                                       for tagged in dev_tagged_by_epoch]
+    for split in splits:
+        # the last epoch's dev evaluation already tagged dev with the final weights
+        tagged = dev_tagged_by_epoch[-1] if split == "dev" and dev_tagged_by_epoch else tag(split)
         result[f"{split}_tags"] = [tags for tags, _, _ in tagged]
         result[f"{split}_word_probabilities"] = [words for _, words, _ in tagged]
         result[f"{split}_truncated_words"] = sum(cut for _, _, cut in tagged)
@@ -526,7 +535,7 @@ def main():
     commands = parser.add_subparsers(dest="command", required=True)
     ner = commands.add_parser("ner", help="token classification on CoNLL files")
     ner.add_argument("--dev", required=True)
-    ner.add_argument("--test", required=True)
+    ner.add_argument("--test", help="also tag this file after training")
     ner.add_argument("--eval-each-epoch", action="store_true",
                      help="also write the dev tags after every epoch (dev_tags_by_epoch)")
     classify = commands.add_parser("classify", help="text classification on GLUE-style TSVs")
@@ -572,7 +581,8 @@ def main():
            "throughput": run_throughput, "replay": run_replay}[args.command]
     result = run(args, tokenizer)
     result.update(torch_threads=torch.get_num_threads(), torch=torch.__version__,
-                  transformers=transformers.__version__)
+                  transformers=transformers.__version__, imported_at=IMPORTED_AT,
+                  finished_at=time.time())
     if args.command not in ("throughput", "replay"):
         result["train_sequences_per_second"] = (result["sequences_trained"]
                                                 / max(result["train_seconds"], 1e-9))

@@ -89,11 +89,15 @@ class TrackRun(keras.callbacks.Callback):
 
     Its state is rebuilt from the metrics history when a run resumes, so
     resuming gives the same best epoch and patience as an uninterrupted run.
+    `on_best(epoch)`, if given, is called when an epoch is the best so far (the
+    trainer keeps that epoch's validation outputs).
     """
 
-    def __init__(self, run, monitor: str, mode: str, patience: int | None, history: list):
+    def __init__(self, run, monitor: str, mode: str, patience: int | None, history: list,
+                 on_best=None):
         super().__init__()
         self.run, self.monitor, self.mode, self.patience = run, monitor, mode, patience
+        self.on_best = on_best
         self.history = list(history)
         self._epoch_start = time.time()
 
@@ -116,10 +120,35 @@ class TrackRun(keras.callbacks.Callback):
         if self.best() is record:
             save_weights_atomically(self.model, self.run.weights_file)
             self.run.set_status("running", best_epoch=record["epoch"])
+            if self.on_best is not None:
+                self.on_best(record["epoch"])
         write_json(self.run.metrics_file, {"monitor": self.monitor, "epochs": self.history})
         best = self.best()
         if self.patience and record["epoch"] - best["epoch"] >= self.patience:
             self.model.stop_training = True
+
+
+class TimeSteps(keras.callbacks.Callback):
+    """Adds the wall seconds of training steps to `phases`: the first step, which traces
+    and compiles the step function, as `first_step`, every later one as `train_steps`.
+
+    A step runs synchronously on the TensorFlow backend, so its batch-begin to
+    batch-end time is its own (data included).
+    """
+
+    def __init__(self, phases):
+        super().__init__()
+        self.phases = phases
+        self._first = True
+        self._step_start = 0.0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._step_start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.phases.add("first_step" if self._first else "train_steps",
+                        time.perf_counter() - self._step_start)
+        self._first = False
 
 
 def save_weights_atomically(model, path) -> None:

@@ -38,16 +38,21 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         >>> model.predict(["What a delight."])[0]["label"]  # doctest: +SKIP
         'positive'
     """
-    recipe = _as_recipe(recipe, overrides, sections, output_dir)
-    check_inputs(recipe, data_files=not features)  # before the run directory is touched
-    if features and not Path(features).is_file():
-        raise UserError("file not found", source=features)
-    run = RunDirectory(recipe.output_dir)
-    fresh = overwrite or run.is_empty()
+    from bertkit.phases import Phases
+
+    phases = Phases()
+    with phases("recipe"):
+        recipe = _as_recipe(recipe, overrides, sections, output_dir)
+        check_inputs(recipe, data_files=not features)  # before the run directory is touched
+        if features and not Path(features).is_file():
+            raise UserError("file not found", source=features)
+        run = RunDirectory(recipe.output_dir)
+        fresh = overwrite or run.is_empty()
     with run.lock():
-        resuming = run.prepare(recipe.to_yaml(), overwrite)
+        with phases("recipe"):
+            resuming = run.prepare(recipe.to_yaml(), overwrite)
         try:
-            finetuned = _Trainer(recipe, run, resuming, verbose, features).execute()
+            finetuned = _Trainer(recipe, run, resuming, verbose, features, phases).execute()
         except UserError:
             if run.replaced_dir.is_dir():
                 run.restore_replaced()  # the run --overwrite was to replace comes back
@@ -106,30 +111,38 @@ class TaskData:
     validation_features: object
 
     @classmethod
-    def read(cls, recipe: Recipe, state: dict | None = None) -> TaskData:
+    def read(cls, recipe: Recipe, state: dict | None = None, phases=None) -> TaskData:
+        """Reads, loads the backbone and featurizes; `phases` (a `Phases`) times each."""
         from bertkit.backbone import load_pretrained
+        from bertkit.phases import Phases
 
+        phases = phases or Phases()
         # Reading needs only the options: it runs before the model loads, so data errors
         # come fast; the task that featurizes is then made complete, tokenizer and state.
-        reader = _new_task(recipe)
-        train = reader.read(recipe.data.train)
-        if not train:
-            raise UserError("no training examples", source=recipe.data.train)
-        if recipe.data.validation:
-            validation = reader.read(recipe.data.validation)
-        else:
-            train, validation = reader.split_validation(train)
-        state = state if state is not None else reader.fit_state(train)
-        labels = state.get("labels") if isinstance(state, dict) else None
-        if labels is not None and len(labels) < 2:
-            raise UserError(f"the training data has only one label ({', '.join(labels)}) and the "
-                            "model would learn nothing; a task needs at least two",
-                            source=recipe.data.train)
-        pretrained = cls._backbone(recipe, load_pretrained)
-        task = _new_task(recipe, pretrained.tokenizer, state)
-        validation_features = task.featurize(validation, training=False) if validation else None
-        return cls(task, pretrained, _description(task, recipe),
-                   task.featurize(train, training=True), validation, validation_features)
+        with phases("read"):
+            reader = _new_task(recipe)
+            train = reader.read(recipe.data.train)
+            if not train:
+                raise UserError("no training examples", source=recipe.data.train)
+            if recipe.data.validation:
+                validation = reader.read(recipe.data.validation)
+            else:
+                train, validation = reader.split_validation(train)
+            state = state if state is not None else reader.fit_state(train)
+            labels = state.get("labels") if isinstance(state, dict) else None
+            if labels is not None and len(labels) < 2:
+                raise UserError(f"the training data has only one label ({', '.join(labels)}) "
+                                "and the model would learn nothing; a task needs at least two",
+                                source=recipe.data.train)
+        with phases("load_backbone"):
+            pretrained = cls._backbone(recipe, load_pretrained)
+        with phases("featurize"):
+            task = _new_task(recipe, pretrained.tokenizer, state)
+            validation_features = (task.featurize(validation, training=False) if validation
+                                   else None)
+            train_features = task.featurize(train, training=True)
+        return cls(task, pretrained, _description(task, recipe), train_features, validation,
+                   validation_features)
 
     @classmethod
     def from_file(cls, recipe: Recipe, path) -> TaskData:
@@ -170,9 +183,14 @@ def _description(task, recipe: Recipe) -> dict:
 
 
 class _Trainer:
-    """One run's steps, top to bottom: data, model, fit, final evaluation, export."""
+    """One run's steps, top to bottom: data, model, fit, final evaluation, export.
 
-    def __init__(self, recipe: Recipe, run: RunDirectory, resuming: bool, verbose, features):
+    Each step's wall seconds go to `run.json` under `phases` (see `bertkit.phases`).
+    """
+
+    def __init__(self, recipe: Recipe, run: RunDirectory, resuming: bool, verbose, features,
+                 phases):
+        self.phases = phases
         self.recipe, self.run, self.resuming = recipe, run, resuming
         self.training = recipe.training
         self.features_file = features
@@ -201,46 +219,63 @@ class _Trainer:
         from bertkit.optimization import make_optimizer
 
         started = time.time()
-        recipe, training = self.recipe, self.training
+        recipe, training, phases = self.recipe, self.training, self.phases
         keras.utils.set_random_seed(training.seed)
 
         # ---- data, backbone, features
         if self.features_file:
-            data = TaskData.from_file(recipe, self.features_file)
+            with phases("read"):
+                data = TaskData.from_file(recipe, self.features_file)
         else:
-            data = TaskData.read(recipe, self._saved_state())
+            data = TaskData.read(recipe, self._saved_state(), phases)
         task, description = data.task, data.description
         buckets = tuple(description["bucket_lengths"])
         eval_batch_size = training.eval_batch_size or 2 * training.batch_size
-        batches = TrainingBatches(task, data.train_features, training.batch_size, buckets,
-                                  training.seed, training.batch_order, training.micro_batches)
 
         # ---- model
-        model = task.build_model(data.pretrained.backbone)
-        task.initialize_head(model, data.pretrained.checkpoint_tensors())
-        model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
-                      weighted_metrics=task.metrics(),  # Keras gives plain `metrics` no weights
-                      jit_compile=jit_compile_setting(training.jit_compile))
-        save_architecture(data.pretrained, self.run.model_dir)
-        write_json(self.run.task_file, description)
+        with phases("build_model"):
+            batches = TrainingBatches(task, data.train_features, training.batch_size, buckets,
+                                      training.seed, training.batch_order,
+                                      training.micro_batches)
+            model = task.build_model(data.pretrained.backbone)
+            task.initialize_head(model, data.pretrained.checkpoint_tensors())
+            model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
+                          weighted_metrics=task.metrics(),  # Keras: plain `metrics` get no weights
+                          jit_compile=jit_compile_setting(training.jit_compile))
+            # Without a tf.distribute strategy Keras builds the optimizer inside the first
+            # traced step; the slot variables it creates there make TensorFlow trace the
+            # whole training step a second time. Built here, the step is traced once.
+            model.optimizer.build(model.trainable_variables)
+            save_architecture(data.pretrained, self.run.model_dir)
+            write_json(self.run.task_file, description)
 
-        # ---- fit
+        # ---- fit: its steps and evaluations are timed apart; `fit_overhead` is the rest
+        # (Keras' set-up, checkpoints, TensorBoard logs, the metrics file)
         validation = _Validation(task, data.validation, data.validation_features,
-                                 eval_batch_size, buckets) if data.validation else None
-        history = self._fit(model, task, batches, validation and validation.evaluate)
+                                 eval_batch_size, buckets, phases) if data.validation else None
+        parts = ("first_step", "train_steps", "evaluation")
+        before = phases.total(parts)
+        with phases("fit_overhead"):
+            history, best_epoch = self._fit(model, task, batches, validation)
+        phases.add("fit_overhead", before - phases.total(parts))
 
         # ---- best weights, calibration, final evaluation, report, export
-        model.load_weights(self.run.weights_file)
-        final = {}
-        if validation:
-            final["validation"], description = self._calibrate(validation, model, description)
-        finetuned = FineTunedModel(self.run, task, model, description)
-        if recipe.data.test and not self.features_file:
-            final["test"] = finetuned.evaluate(recipe.data.test, eval_batch_size)
-        self._write_results(history, final, time.time() - started)
-        task.write_artifacts(data.pretrained.backbone, self.run.path)
-        self._export(finetuned)
-        self.run.set_status(FINISHED)
+        with phases("final_evaluation"):
+            model.load_weights(self.run.weights_file)
+            final = {}
+            if validation:
+                final["validation"], description = self._calibrate(validation, model,
+                                                                    description, best_epoch)
+            finetuned = FineTunedModel(self.run, task, model, description)
+            if recipe.data.test and not self.features_file:
+                final["test"] = finetuned.evaluate(recipe.data.test, eval_batch_size)
+        with phases("report"):
+            self._write_results(history, final, time.time() - started)
+            task.write_artifacts(data.pretrained.backbone, self.run.path)
+        with phases("export"):
+            self._export(finetuned)
+        self.run.set_status(FINISHED, phases=phases.record(), finetune_called_at=phases.called_at)
+        print(phases.line())
         return finetuned
 
     def _saved_state(self) -> dict | None:
@@ -259,16 +294,18 @@ class _Trainer:
             shutil.rmtree(self.run.saved_model_dir)  # from an interrupted export of this run
         finetuned.export(self.run.saved_model_dir)
 
-    def _calibrate(self, validation, model, description: dict) -> tuple[dict, dict]:
+    def _calibrate(self, validation, model, description: dict,
+                   best_epoch: int | None) -> tuple[dict, dict]:
         """The best weights' validation metrics, after the task calibrates on them.
 
+        The best epoch's validation outputs are those its evaluation kept (predicted
+        again only in a resumed run whose best epoch came before the interruption).
         The task's state update (e.g. span QA's tuned no-answer threshold) is saved
         in `model/task.json` and the predictions decoded again with it, so the
         metrics and the predictions file describe the model that is exported.
         """
         task = validation.task
-        outputs = validation.outputs(model)
-        predictions = validation.decode(outputs)
+        outputs, predictions = validation.best_outputs(best_epoch, model)
         update = task.calibrate(validation.examples, predictions)
         if update:
             task.state = {**task.state, **update}
@@ -278,7 +315,8 @@ class _Trainer:
         task.write_predictions(validation.examples, predictions, self.run.path)
         return task.evaluate(validation.examples, predictions), description
 
-    def _fit(self, model, task, batches, evaluate) -> list[dict]:
+    def _fit(self, model, task, batches, validation) -> tuple[list[dict], int | None]:
+        """Keras `fit` with the run's callbacks; the history and the best epoch."""
         import keras
 
         from bertkit.callbacks import (
@@ -286,24 +324,26 @@ class _Trainer:
             Evaluate,
             SetEpoch,
             StopOnNonFiniteLoss,
+            TimeSteps,
             TrackRun,
         )
 
         if self.resuming and read_json(self.run.run_file).get("trained"):
             # Killed after training (final evaluation, export): the best weights are saved.
             print(f"resuming {self.run.path} after training", file=sys.stderr)
-            model.optimizer.build(model.trainable_variables)  # as saved with the best weights
-            return read_json(self.run.metrics_file)["epochs"]
+            return (read_json(self.run.metrics_file)["epochs"],
+                    read_json(self.run.run_file).get("best_epoch"))
         initial_epoch = self.run.resumed_epoch() if self.resuming else 0
         history = []
         if initial_epoch and self.run.metrics_file.exists():
             history = read_json(self.run.metrics_file)["epochs"][:initial_epoch]
-        monitor, mode = (f"val_{task.monitor}", task.mode) if evaluate else ("loss", "min")
-        callbacks = [SetEpoch(batches), StopOnNonFiniteLoss(self.training.learning_rate)]
-        if evaluate:
-            callbacks.append(Evaluate(evaluate))
+        monitor, mode = (f"val_{task.monitor}", task.mode) if validation else ("loss", "min")
+        callbacks = [SetEpoch(batches), StopOnNonFiniteLoss(self.training.learning_rate),
+                     TimeSteps(self.phases)]
+        if validation:
+            callbacks.append(Evaluate(validation.evaluate))
         tracker = TrackRun(self.run, monitor, mode, self.training.early_stopping_patience,
-                           history)
+                           history, on_best=validation and validation.keep_latest)
         callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir),
                                                       delete_checkpoint=False)]
         if keras.backend.backend() == "tensorflow":
@@ -314,7 +354,8 @@ class _Trainer:
                   verbose=self.verbose, shuffle=False)  # batches are shuffled per epoch
         self.run.set_status(RUNNING, trained=True)  # then the checkpoint is no longer needed
         shutil.rmtree(self.run.checkpoint_dir, ignore_errors=True)
-        return tracker.history
+        best = tracker.best()
+        return tracker.history, best and best["epoch"]
 
     def _write_results(self, history, final, seconds) -> None:
         from bertkit.report import plot_learning_curve, write_report
@@ -332,13 +373,22 @@ class _Trainer:
 
 @dataclasses.dataclass
 class _Validation:
-    """The validation split, featurized once: predicted after every epoch and at the end."""
+    """The validation split, featurized once and predicted after every epoch.
+
+    The outputs and predictions of the best epoch so far stay in memory (per-row
+    logits: small for classification and tagging, start/end logits per window for
+    span QA), so the end of the run calibrates and reports on them without
+    predicting the validation split again.
+    """
 
     task: object
     examples: list
     features: object
     batch_size: int
     buckets: tuple
+    phases: object
+    latest: tuple | None = None  # (outputs, predictions) of the last evaluation
+    best: tuple | None = None  # (epoch, outputs, predictions) of the best epoch so far
 
     def outputs(self, model) -> dict:
         from bertkit.inference import predict_rows
@@ -349,7 +399,22 @@ class _Validation:
         return self.task.decode(self.examples, self.features, outputs)
 
     def evaluate(self, model) -> dict:
-        return self.task.evaluate(self.examples, self.decode(self.outputs(model)))
+        with self.phases("evaluation"):
+            outputs = self.outputs(model)
+            predictions = self.decode(outputs)
+            self.latest = (outputs, predictions)
+            return self.task.evaluate(self.examples, predictions)
+
+    def keep_latest(self, epoch: int) -> None:
+        """The last evaluation was epoch `epoch`'s, the best so far: keep its outputs."""
+        self.best, self.latest = (epoch, *self.latest), None
+
+    def best_outputs(self, epoch: int | None, model) -> tuple[dict, list[dict]]:
+        """Epoch `epoch`'s outputs and predictions: kept, or predicted with `model`."""
+        if self.best is not None and self.best[0] == epoch:
+            return self.best[1], self.best[2]
+        outputs = self.outputs(model)  # a resumed run whose best epoch was not in this process
+        return outputs, self.decode(outputs)
 
 
 def jit_compile_setting(setting):

@@ -79,23 +79,36 @@ class WordPieceTokenizer:
         return len(self.vocabulary)
 
     @cached_property
+    def normalizer(self):
+        """BERT's normalization (a `tf.Module`, tracked by SavedModel export)."""
+        from bertkit.bert_normalizer import BertNormalizer
+
+        return BertNormalizer(self.lowercase)
+
+    @cached_property
     def fast_tokenizer(self):
-        """The tf-text tokenizer (a `tf.Module`, tracked by SavedModel export)."""
+        """The tf-text tokenizer of normalized text (a `tf.Module`, tracked by export)."""
         import tensorflow as tf
         import tensorflow_text as tf_text
 
         return tf_text.FastBertTokenizer(
             self.vocabulary, token_out_type=tf.int32, unknown_token="[UNK]",
-            lower_case_nfd_strip_accents=self.lowercase)
+            lower_case_nfd_strip_accents=False)
 
     # ---- TensorFlow ops (graph-safe)
     def tokenize(self, texts):
         """(batch,) strings -> (batch, (pieces)) int32 ragged ids."""
-        return self.fast_tokenizer.tokenize(texts)
+        return self.fast_tokenizer.tokenize(self.normalizer.normalize(texts))
 
     def tokenize_with_offsets(self, texts):
-        """(batch,) strings -> ids, start and end BYTE offsets, each (batch, (pieces))."""
-        return self.fast_tokenizer.tokenize_with_offsets(texts)
+        """(batch,) strings -> ids, start and end BYTE offsets, each (batch, (pieces)).
+
+        The offsets are into the original texts: a piece of a character that
+        normalization expanded (Hangul syllables into letters) spans all of it.
+        """
+        normalized, alignment = self.normalizer.normalize_with_alignment(texts)
+        ids, starts, ends = self.fast_tokenizer.tokenize_with_offsets(normalized)
+        return (ids, *alignment.source_offsets(starts, ends))
 
     def tokenize_words(self, words, max_pieces: int | None = None):
         """(batch, (words)) strings -> (batch, (words), (pieces)) ids.
@@ -114,7 +127,7 @@ class WordPieceTokenizer:
             >>> tokenizer.tokenize_words(words, max_pieces=1).to_list()
             [[[4], [1], [4]]]
         """
-        pieces = self.fast_tokenizer.tokenize(words)
+        pieces = self.tokenize(words)
         return pieces if max_pieces is None else _clip_word_pieces(pieces, self.unk_id, max_pieces)
 
     def words_with_offsets(self, texts, max_pieces: int | None = None):

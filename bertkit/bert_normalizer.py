@@ -182,27 +182,31 @@ class BertNormalizer(tf.Module):
         row = tf.gather(rows, source)
         normalized = tf.where(row < 0, tf.gather(codes, source), tf.gather(
             self._values, tf.gather(self._starts, tf.maximum(row, 0)) + position))
-        # Per text: its normalized characters, and bytes (UTF-8 is 1 to 4 per character).
-        per_text = tf.reduce_sum(chars.with_values(counts), axis=1)  # (texts,)
+        # Per text: where its normalized characters and their bytes (UTF-8: 1 to 4 per
+        # character) start and end, in batch-wide counts.
+        char_splits = tf.gather(_with_zero(tf.cumsum(counts)), chars.row_splits)  # (texts + 1,)
         widths = 1 + sum(tf.cast(normalized >= limit, tf.int64)
                          for limit in (0x80, 0x800, 0x10000))  # (normalized chars,)
-        text_bytes = tf.math.unsorted_segment_sum(
-            widths, tf.repeat(tf.range(tf.size(per_text)), per_text), tf.size(per_text))
+        normalized_ends = tf.cumsum(widths)
+        byte_splits = tf.gather(_with_zero(normalized_ends), char_splits)  # (texts + 1,)
         encoded = tf.strings.unicode_encode(
-            tf.RaggedTensor.from_row_lengths(normalized, per_text), "UTF-8")
+            tf.RaggedTensor.from_row_splits(normalized, char_splits, validate=False), "UTF-8")
         return encoded, Alignment(
-            text_starts=tf.cumsum(text_bytes, exclusive=True),
-            normalized_ends=tf.cumsum(widths),
+            text_starts=byte_splits[:-1],
+            normalized_ends=normalized_ends,
             source_starts=tf.gather(starts.values, source),
             source_ends=tf.gather(ends, source))
+
+
+def _with_zero(cumulative):
+    """(n,) cumulative sums -> (n + 1,) with a leading 0: the splits of n segments."""
+    return tf.concat([tf.zeros([1], cumulative.dtype), cumulative], axis=0)
 
 
 def _character_ends(chars, starts, text_bytes):
     """(texts, (chars)) characters, (chars,) their start bytes, (texts,) byte lengths ->
     (chars,) each character's end byte: the next one's start, or its text's end."""
-
-    rows = chars.value_rowids()
-    is_last = tf.range(tf.size(starts, out_type=tf.int64)) == tf.gather(chars.row_limits(),
-                                                                          rows) - 1
     following = tf.concat([starts[1:], tf.zeros([1], starts.dtype)], axis=0)
-    return tf.where(is_last, tf.gather(tf.cast(text_bytes, starts.dtype), rows), following)
+    last = chars.row_limits()[chars.row_lengths() > 0] - 1  # (non-empty texts,)
+    text_ends = tf.cast(text_bytes, starts.dtype)[chars.row_lengths() > 0]
+    return tf.tensor_scatter_nd_update(following, last[:, None], text_ends)

@@ -7,6 +7,16 @@ the original text, which keras-hub's tokenizer does not expose. Packing uses
 tf-text's `RoundRobinTrimmer` (longest-first truncation of pairs) and
 `combine_segments` ([CLS] A [SEP] B [SEP] with segment ids).
 
+Normalization is bertkit's (`bert_normalizer.BertNormalizer`), not tf-text's:
+the checkpoint was pretrained on BERT's normalization (drop control characters,
+whitespace to spaces; uncased: per character NFD, drop marks, lowercase), and
+tf-text's `lower_case_nfd_strip_accents` is NFKC casefolding, which rewrites
+'ﬁ', '½', '²', 'ß', '™', full-width and styled letters into pieces the model
+never saw as such (and gives expanded pieces empty spans in the original
+text). So FastBertTokenizer only splits words and finds pieces in the
+normalized text, and the normalizer maps its offsets back to the original.
+This matches Hugging Face's tokenizer on SQuAD and CoNLL-2003 piece for piece.
+
 Words (`words_with_offsets`) are read back from the pieces, so they are BERT's
 basic tokenization; `character_offsets` (NumPy) and `batch_substrings`
 (TensorFlow) turn the tokenizer's byte offsets into character offsets.
@@ -41,7 +51,8 @@ def vocabulary_is_cased(vocabulary: list[str]) -> bool:
 
 
 class WordPieceTokenizer:
-    """A BERT WordPiece tokenizer with lowercasing/accent stripping as the checkpoint needs.
+    """A BERT WordPiece tokenizer with BERT's normalization (lowercasing/accent stripping as the
+    checkpoint needs).
 
     Args:
         vocabulary: word pieces, one per id; must hold [PAD], [UNK], [CLS], [SEP].

@@ -51,8 +51,7 @@ def vocabulary_is_cased(vocabulary: list[str]) -> bool:
 
 
 class WordPieceTokenizer:
-    """A BERT WordPiece tokenizer with BERT's normalization (lowercasing/accent stripping as the
-    checkpoint needs).
+    """A BERT WordPiece tokenizer, normalizing text as BERT does (uncased: lowercased, no accents).
 
     Args:
         vocabulary: word pieces, one per id; must hold [PAD], [UNK], [CLS], [SEP].

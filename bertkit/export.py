@@ -31,6 +31,7 @@ def export_saved_model(task, model, directory, metadata: dict) -> Path:
     archive = keras.export.ExportArchive()
     archive.track(model)
     archive.track(task.tokenizer.fast_tokenizer)
+    archive.track(task.tokenizer.normalizer)
     archive.add_endpoint("serving_default", checked_serve(task, model, list(specs)),
                          input_signature=[_any_shape(spec) for spec in specs.values()])
     archive.write_out(str(directory), verbose=False)

@@ -7,6 +7,16 @@ the original text, which keras-hub's tokenizer does not expose. Packing uses
 tf-text's `RoundRobinTrimmer` (longest-first truncation of pairs) and
 `combine_segments` ([CLS] A [SEP] B [SEP] with segment ids).
 
+Normalization is bertkit's (`bert_normalizer.BertNormalizer`), not tf-text's:
+the checkpoint was pretrained on BERT's normalization (drop control characters,
+whitespace to spaces; uncased: per character NFD, drop marks, lowercase), and
+tf-text's `lower_case_nfd_strip_accents` is NFKC casefolding, which rewrites
+'ﬁ', '½', '²', 'ß', '™', full-width and styled letters into pieces the model
+never saw as such (and gives expanded pieces empty spans in the original
+text). So FastBertTokenizer only splits words and finds pieces in the
+normalized text, and the normalizer maps its offsets back to the original.
+This matches Hugging Face's tokenizer on SQuAD and CoNLL-2003 piece for piece.
+
 Words (`words_with_offsets`) are read back from the pieces, so they are BERT's
 basic tokenization; `character_offsets` (NumPy) and `batch_substrings`
 (TensorFlow) turn the tokenizer's byte offsets into character offsets.
@@ -41,7 +51,7 @@ def vocabulary_is_cased(vocabulary: list[str]) -> bool:
 
 
 class WordPieceTokenizer:
-    """A BERT WordPiece tokenizer with lowercasing/accent stripping as the checkpoint needs.
+    """A BERT WordPiece tokenizer, normalizing text as BERT does (uncased: lowercased, no accents).
 
     Args:
         vocabulary: word pieces, one per id; must hold [PAD], [UNK], [CLS], [SEP].
@@ -79,23 +89,36 @@ class WordPieceTokenizer:
         return len(self.vocabulary)
 
     @cached_property
+    def normalizer(self):
+        """BERT's normalization (a `tf.Module`, tracked by SavedModel export)."""
+        from bertkit.bert_normalizer import BertNormalizer
+
+        return BertNormalizer(self.lowercase)
+
+    @cached_property
     def fast_tokenizer(self):
-        """The tf-text tokenizer (a `tf.Module`, tracked by SavedModel export)."""
+        """The tf-text tokenizer of normalized text (a `tf.Module`, tracked by export)."""
         import tensorflow as tf
         import tensorflow_text as tf_text
 
         return tf_text.FastBertTokenizer(
             self.vocabulary, token_out_type=tf.int32, unknown_token="[UNK]",
-            lower_case_nfd_strip_accents=self.lowercase)
+            lower_case_nfd_strip_accents=False)
 
     # ---- TensorFlow ops (graph-safe)
     def tokenize(self, texts):
         """(batch,) strings -> (batch, (pieces)) int32 ragged ids."""
-        return self.fast_tokenizer.tokenize(texts)
+        return self.fast_tokenizer.tokenize(self.normalizer.normalize(texts))
 
     def tokenize_with_offsets(self, texts):
-        """(batch,) strings -> ids, start and end BYTE offsets, each (batch, (pieces))."""
-        return self.fast_tokenizer.tokenize_with_offsets(texts)
+        """(batch,) strings -> ids, start and end BYTE offsets, each (batch, (pieces)).
+
+        The offsets are into the original texts: a piece of a character that
+        normalization expanded (Hangul syllables into letters) spans all of it.
+        """
+        normalized, alignment = self.normalizer.normalize_with_alignment(texts)
+        ids, starts, ends = self.fast_tokenizer.tokenize_with_offsets(normalized)
+        return (ids, *alignment.source_offsets(starts, ends))
 
     def tokenize_words(self, words, max_pieces: int | None = None):
         """(batch, (words)) strings -> (batch, (words), (pieces)) ids.
@@ -114,7 +137,7 @@ class WordPieceTokenizer:
             >>> tokenizer.tokenize_words(words, max_pieces=1).to_list()
             [[[4], [1], [4]]]
         """
-        pieces = self.fast_tokenizer.tokenize(words)
+        pieces = self.tokenize(words)
         return pieces if max_pieces is None else _clip_word_pieces(pieces, self.unk_id, max_pieces)
 
     def words_with_offsets(self, texts, max_pieces: int | None = None):

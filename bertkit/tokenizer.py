@@ -207,10 +207,11 @@ class WordPieceTokenizer:
         import tensorflow as tf
 
         token_ids, segment_ids = [], []
-        for start in range(0, len(texts), _CHUNK):
-            chunk = [self.tokenize(tf.constant(texts[start:start + _CHUNK]))]
-            if pairs is not None:
-                chunk.append(self.tokenize(tf.constant(pairs[start:start + _CHUNK])))
+        pair_chunks = in_chunks(pairs) if pairs is not None else None
+        for texts_chunk in in_chunks(texts):
+            chunk = [self.tokenize(tf.constant(texts_chunk))]
+            if pair_chunks is not None:
+                chunk.append(self.tokenize(tf.constant(next(pair_chunks))))
             ids, segments = self.pack(chunk, sequence_length)
             token_ids += split_rows(ids)
             segment_ids += split_rows(segments)
@@ -237,6 +238,17 @@ def read_vocabulary(path) -> list[str]:
     except FileNotFoundError:
         raise UserError("vocabulary file not found", source=path) from None
     return [line.rstrip("\r") for line in text.rstrip("\n").split("\n")]
+
+
+def in_chunks(items: list, size: int = _CHUNK):
+    """`items` in consecutive slices of at most `size`: the unit of one eager tokenizer call.
+
+    Example:
+        >>> [list(chunk) for chunk in in_chunks(list(range(5)), 2)]
+        [[0, 1], [2, 3], [4]]
+    """
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
 
 
 def split_rows(ragged) -> list[np.ndarray]:
@@ -282,8 +294,8 @@ def tokenize_in_chunks(tokenize, texts: list[str]) -> list[tuple]:
     import tensorflow as tf
 
     rows = []
-    for first in range(0, len(texts), _CHUNK):
-        outputs = tokenize(tf.constant(texts[first:first + _CHUNK], tf.string))
+    for chunk in in_chunks(texts):
+        outputs = tokenize(tf.constant(chunk, tf.string))
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         rows += zip(*(split_rows(output) for output in outputs), strict=True)
     return rows

@@ -134,8 +134,7 @@ def max_context_flags(tokens, starts, ends, num_tokens):
     import tensorflow as tf
 
     window, token = tokens.value_rowids(), tokens.flat_values
-    start, end = tf.gather(starts, window), tf.gather(ends, window)
-    score = 100 * tf.minimum(token - start, end - 1 - token) + (end - start)
+    score = _context_scores(token, tf.gather(starts, window), tf.gather(ends, window))
     best = tf.gather(tf.math.unsorted_segment_max(score, token, num_tokens), token)
     contender = tf.where(score == best, window, tf.size(starts, out_type=tf.int64))
     owner = tf.gather(tf.math.unsorted_segment_min(contender, token, num_tokens), token)
@@ -183,13 +182,11 @@ def windowed_rows(pieces, window_size: int, stride: int, cls_id: int, sep_id: in
     first = tf.searchsorted(tf.where(is_word, word_start, largest), piece_start, "left")
     end = tf.searchsorted(tf.where(is_word, word_end, largest), piece_end, "right")
     first, end = tf.where(is_window, first, 0), tf.where(is_window, end, 0)
-    # max_context_windows: float64, as Python computes context_score; lowest index on ties
+    # max_context_windows over words; the lowest window index on ties
     word = tf.range(tf.shape(lengths)[1])[None, :, None]  # (1, words, 1)
     f, e = first[:, None, :], end[:, None, :]  # (batch, 1, windows)
     inside = (f <= word) & (word < e)
-    score = (tf.cast(tf.minimum(word - f, e - 1 - word), tf.float64)
-             + 0.01 * tf.cast(e - f, tf.float64))
-    score = tf.where(inside, score, float("-inf"))
+    score = tf.where(inside, _context_scores(word, f, e), tf.int32.min)
     best = inside & (score == tf.reduce_max(score, axis=2, keepdims=True))
     owner = tf.reduce_min(tf.where(best, window[:, None, :], tf.int32.max), axis=2)
     owner = tf.where(is_word, owner, 0)  # (batch, words); padding words: any valid index
@@ -211,6 +208,17 @@ def windowed_rows(pieces, window_size: int, stride: int, cls_id: int, sep_id: in
     row = tf.boolean_mask(row_offset + owner, is_word)
     position = tf.boolean_mask(1 + word_start - window_start, is_word)
     return rows, row, position
+
+
+def _context_scores(position, start, end):
+    """`context_score` x 100, in integers, for tensors of positions and their windows.
+
+    The one TensorFlow form of the max-context rule (QA windows and tagging's word
+    windows); integers keep ties exact, where they go to the earlier window.
+    """
+    import tensorflow as tf
+
+    return 100 * tf.minimum(position - start, end - 1 - position) + (end - start)
 
 
 def _window_counts(lengths, window_sizes, steps):

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-_CHUNK = 2048  # sentences per eager tokenizer call
-
 
 def sentence_word_pieces(tokenizer, examples, max_pieces: int | None = None) -> list[tuple]:
     """Per example: (piece ids (flat), pieces per word, character offsets or None).
@@ -41,21 +39,19 @@ def sentence_word_pieces(tokenizer, examples, max_pieces: int | None = None) -> 
     """
     import tensorflow as tf
 
-    from bertkit.tokenizer import character_offsets, split_rows, split_word_rows
+    from bertkit.tokenizer import character_offsets, in_chunks, split_rows, split_word_rows
 
     results = [None] * len(examples)
     texts = [i for i, e in enumerate(examples) if getattr(e, "text", None) is not None]
     worded = [i for i, e in enumerate(examples) if getattr(e, "text", None) is None]
-    for start in range(0, len(worded), _CHUNK):
-        chunk = worded[start:start + _CHUNK]
+    for chunk in in_chunks(worded):
         words = tf.RaggedTensor.from_row_lengths(
             tf.constant([w for i in chunk for w in examples[i].words], tf.string),
             [len(examples[i].words) for i in chunk])
         pieces = tokenizer.tokenize_words(words, max_pieces=max_pieces)
         for i, (ids, lengths) in zip(chunk, split_word_rows(pieces), strict=True):
             results[i] = (ids, lengths, None)
-    for start in range(0, len(texts), _CHUNK):
-        chunk = texts[start:start + _CHUNK]
+    for chunk in in_chunks(texts):
         pieces, byte_starts, byte_ends = tokenizer.words_with_offsets(
             tf.constant([examples[i].text for i in chunk]), max_pieces=max_pieces)
         for i, (ids, lengths), starts, ends in zip(

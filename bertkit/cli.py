@@ -121,8 +121,9 @@ def _add_set(sub):
 def _finetune(args):
     import bertkit
 
-    bertkit.finetune(args.recipe, overrides=args.overrides, output_dir=args.output,
-                     overwrite=args.overwrite, features=args.features)
+    model = bertkit.finetune(args.recipe, overrides=args.overrides, output_dir=args.output,
+                             overwrite=args.overwrite, features=args.features)
+    print(f"run written to {model.run.path} (report.md, model card README.md, saved_model/)")
 
 
 def _featurize(args):

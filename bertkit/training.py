@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.progress import say
 from bertkit.recipe import Recipe, check_inputs, load_recipe
 from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json, write_json
 
@@ -127,6 +128,7 @@ class TaskData:
                             source=recipe.data.train)
         pretrained = cls._backbone(recipe, load_pretrained)
         task = _new_task(recipe, pretrained.tokenizer, state)
+        say(f"featurizing {len(train)} training and {len(validation or ())} validation examples")
         validation_features = task.featurize(validation, training=False) if validation else None
         return cls(task, pretrained, _description(task, recipe),
                    task.featurize(train, training=True), validation, validation_features)
@@ -149,6 +151,7 @@ class TaskData:
 
     @staticmethod
     def _backbone(recipe, load_pretrained):
+        say(f"loading the backbone {recipe.backbone.preset}")
         return load_pretrained(recipe.backbone.preset,
                                sequence_length=recipe.backbone.sequence_length,
                                lowercase=recipe.backbone.lowercase, source=recipe.source)
@@ -299,15 +302,17 @@ class _Trainer:
         if initial_epoch and self.run.metrics_file.exists():
             history = read_json(self.run.metrics_file)["epochs"][:initial_epoch]
         monitor, mode = (f"val_{task.monitor}", task.mode) if evaluate else ("loss", "min")
-        callbacks = [SetEpoch(batches), StopOnNonFiniteLoss(self.training.learning_rate)]
+        callbacks = [SetEpoch(batches), StopOnNonFiniteLoss(self.training.learning_rate),
+                     *self._progress_callbacks(len(batches))]
         if evaluate:
-            callbacks.append(Evaluate(evaluate))
+            callbacks.append(Evaluate(evaluate, "evaluating on the validation split"))
         tracker = TrackRun(self.run, monitor, mode, self.training.early_stopping_patience,
                            history)
         callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir),
                                                       delete_checkpoint=False)]
         if keras.backend.backend() == "tensorflow":
-            callbacks.append(keras.callbacks.TensorBoard(str(self.run.logs_dir), profile_batch=0))
+            callbacks.append(keras.callbacks.TensorBoard(
+                str(self.run.logs_dir), profile_batch=0, update_freq=log_every(len(batches))))
         if initial_epoch:
             print(f"resuming {self.run.path} after epoch {initial_epoch}", file=sys.stderr)
         model.fit(batches.as_dataset(), epochs=self.training.epochs, callbacks=callbacks,
@@ -315,6 +320,15 @@ class _Trainer:
         self.run.set_status(RUNNING, trained=True)  # then the checkpoint is no longer needed
         shutil.rmtree(self.run.checkpoint_dir, ignore_errors=True)
         return tracker.history
+
+    def _progress_callbacks(self, steps: int) -> list:
+        from bertkit.callbacks import RecordSteps, TrainingProgress
+
+        callbacks = [RecordSteps(self.run.path / "steps.json", steps, log_every(steps))]
+        if self.verbose == 2:  # not a terminal: Keras prints one line per epoch, at its end
+            callbacks.append(TrainingProgress(steps, self.training.epochs, self.training.batch_size
+                                              / self.training.micro_batches))
+        return callbacks
 
     def _write_results(self, history, final, seconds) -> None:
         from bertkit.report import plot_learning_curve, write_report
@@ -350,6 +364,11 @@ class _Validation:
 
     def evaluate(self, model) -> dict:
         return self.task.evaluate(self.examples, self.decode(self.outputs(model)))
+
+
+def log_every(steps_per_epoch: int) -> int:
+    """Steps between records of the loss and learning rate: about 50 per epoch."""
+    return max(1, steps_per_epoch // 50)
 
 
 def jit_compile_setting(setting):

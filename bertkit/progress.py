@@ -14,8 +14,13 @@ import time
 
 
 def say(message: str, stream=None) -> None:
-    """One line on stderr (stdout stays for results), flushed at once."""
-    stream = stream or sys.stderr
+    """One status line of `finetune`, flushed at once.
+
+    On stdout, with Keras' progress and the final metrics: stderr carries only
+    errors and warnings, so a user error stays the one line there. (`evaluate`
+    and `predict` keep stdout for results; their progress goes to stderr.)
+    """
+    stream = stream or sys.stdout
     print(message, file=stream, flush=True)
 
 

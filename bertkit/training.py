@@ -179,6 +179,7 @@ class _Trainer:
         self.recipe, self.run, self.resuming = recipe, run, resuming
         self.training = recipe.training
         self.features_file = features
+        self.validation_predictions = None  # the best weights', for the report
         self.verbose = verbose if verbose is not None else (1 if sys.stdout.isatty() else 2)
 
     def execute(self):
@@ -240,7 +241,7 @@ class _Trainer:
         finetuned = FineTunedModel(self.run, task, model, description)
         if recipe.data.test and not self.features_file:
             final["test"] = finetuned.evaluate(recipe.data.test, eval_batch_size)
-        self._write_results(history, final, time.time() - started)
+        self._write_results(history, final, time.time() - started, data)
         task.write_artifacts(data.pretrained.backbone, self.run.path)
         self._export(finetuned)
         self.run.set_status(FINISHED)
@@ -279,6 +280,7 @@ class _Trainer:
             write_json(self.run.task_file, description)
             predictions = validation.decode(outputs)
         task.write_predictions(validation.examples, predictions, self.run.path)
+        self.validation_predictions = predictions  # for the report's error analysis
         return task.evaluate(validation.examples, predictions), description
 
     def _fit(self, model, task, batches, evaluate) -> list[dict]:
@@ -330,14 +332,13 @@ class _Trainer:
                                               / self.training.micro_batches))
         return callbacks
 
-    def _write_results(self, history, final, seconds) -> None:
-        from bertkit.report import plot_learning_curve, write_report
+    def _write_results(self, history, final, seconds, data) -> None:
+        from bertkit.report import write_run_report
 
         monitor = read_json(self.run.metrics_file)["monitor"]
         write_json(self.run.metrics_file, {"monitor": monitor, "epochs": history, "final": final})
-        plot_learning_curve(history, self.run.path / "learning_curve.png")
-        write_report(self.run.path / "report.md", recipe=self.recipe.to_dict(), history=history,
-                     final=final, monitor=monitor, seconds=seconds)
+        write_run_report(self.run.path, self.recipe, data, history, final, monitor, seconds,
+                         self.validation_predictions)
         for split, metrics in final.items():
             shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()
                               if isinstance(v, (int, float)))

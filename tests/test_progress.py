@@ -50,8 +50,8 @@ def test_finetune_to_a_log_prints_a_line_per_tenth_of_an_epoch(run):
 
 def test_finetune_says_what_it_does_and_where_the_run_is(run):
     tmp_path, result = run
-    assert f"loading the backbone {tmp_path / 'ckpt'}" in result.stderr
-    assert "featurizing 80 training and 12 validation examples" in result.stderr
+    assert f"loading the backbone {tmp_path / 'ckpt'}" in result.stdout
+    assert "featurizing 80 training and 12 validation examples" in result.stdout
     assert result.stdout.splitlines()[-1].startswith(f"run written to {tmp_path / 'run'}")
 
 
@@ -104,3 +104,20 @@ def test_count_progress_on_a_log(capsys):
         progress.update(done)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 10 and lines[-1].startswith("predict 50/50 (100%)")
+
+
+def test_the_run_has_a_report_with_the_task_section_and_a_model_card(run):
+    tmp_path, _ = run
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "| 1 (best) |" in report or "| 2 (best) |" in report
+    assert "## Per class" in report and "![confusion matrix](confusion_matrix.png)" in report
+    assert "(40 points, in `steps.json`)" in report
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "| train | `train.tsv` | 80 |" in card and "| validation | `dev.tsv` | 12 |" in card
+    for heading in ("## Base model", "## Training recipe", "## Metrics", "## Intended use",
+                    "## Limits"):
+        assert heading in card
+    for name in ("learning_curve.png", "confusion_matrix.png", "misclassified.tsv"):
+        assert (tmp_path / "run" / name).stat().st_size > 0
+    header = (tmp_path / "run" / "misclassified.tsv").read_text().splitlines()[0]
+    assert header == "text\ttext_pair\tgold\tpredicted\tscore"

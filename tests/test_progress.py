@@ -121,3 +121,87 @@ def test_the_run_has_a_report_with_the_task_section_and_a_model_card(run):
         assert (tmp_path / "run" / name).stat().st_size > 0
     header = (tmp_path / "run" / "misclassified.tsv").read_text().splitlines()[0]
     assert header == "text\ttext_pair\tgold\tpredicted\tscore"
+
+
+# ---- predict and evaluate: what users of transformers and spaCy reach for
+
+def test_predict_reads_a_column_with_top_k_and_progress_on_stderr(run):
+    tmp_path, _ = run
+    write_sentiment_tsv(tmp_path / "many.tsv", 100, seed=5)
+    result = bertkit("predict", "run", "--input", "many.tsv", "--column", "sentence",
+                     "--top-k", "2", "--batch-size", "8", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    predictions = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(predictions) == 100  # neither the header nor the gold label is predicted
+    for p in predictions:
+        assert [t["label"] for t in p["top_k"]][0] == p["label"] and len(p["top_k"]) == 2
+        assert p["top_k"][0]["score"] >= p["top_k"][1]["score"]
+    progress = result.stderr.splitlines()
+    assert progress[-1].startswith("predict 100/100 (100%)") and len(progress) <= 13
+
+
+def test_predict_pair_column_from_json_lines_and_empty_cells(run):
+    tmp_path, _ = run
+    rows = [{"a": "good film", "b": "fine"}, {"a": "", "b": "x"}, {"a": "dull", "b": "bad"}]
+    (tmp_path / "pairs.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = bertkit("predict", "run", "--column", "a", "--pair-column", "b", "--format",
+                     "jsonl", cwd=tmp_path, input=(tmp_path / "pairs.jsonl").read_text())
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(lines) == 3 and lines[1] == {"error": "input 2: empty input"}
+    assert "label" in lines[0] and "label" in lines[2]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--column", "text"], "dev.tsv:2: missing column 'text' (columns: sentence, label)"),
+    (["--pair-column", "label"], "--pair-column needs --column"),
+    (["--output", "dev.tsv"], "dev.tsv: exists; pass --overwrite to replace it"),
+])
+def test_predict_option_errors_are_one_line(run, args, message):
+    tmp_path, _ = run
+    result = bertkit("predict", "run", "--input", "dev.tsv", *args, cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr == f"bertkit: error: {message}\n"
+
+
+def test_predict_column_on_stdin_needs_a_format(run):
+    tmp_path, _ = run
+    result = bertkit("predict", "run", "--column", "sentence", cwd=tmp_path, input="sentence\n")
+    assert result.returncode == 2
+    assert result.stderr == "bertkit: error: --column on stdin needs --format tsv, csv or jsonl\n"
+
+
+def test_predict_output_file_and_overwrite(run):
+    tmp_path, _ = run
+    args = ["predict", "run", "--input", "dev.tsv", "--column", "sentence", "--output", "o.jsonl"]
+    assert bertkit(*args, cwd=tmp_path).returncode == 0
+    assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 12
+    assert bertkit(*args, cwd=tmp_path).returncode == 2
+    assert bertkit(*args, "--overwrite", cwd=tmp_path).returncode == 0
+    assert not list(tmp_path.glob(".o.jsonl*"))
+
+
+def test_predict_stream_yields_batches_in_order(run):
+    import bertkit as api
+
+    tmp_path, _ = run
+    model = api.load(tmp_path / "run")
+    texts = ["good film", "dull meal", None, "a lovely cast", "grim"]
+    done = []
+    streamed = list(model.predict_stream(texts, batch_size=2, errors="report",
+                                         progress=done.append))
+    assert done == [2, 4, 5]
+    assert streamed[2] == {"error": "input 3: empty input"}
+    expected = model.predict(texts, errors="report")
+    assert [p.get("label") for p in streamed] == [p.get("label") for p in expected]
+
+
+def test_evaluate_writes_a_report_confusion_matrix_and_errors(run):
+    tmp_path, _ = run
+    result = bertkit("evaluate", "run", "--predictions-dir", "eval", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("accuracy: ")
+    report = (tmp_path / "eval" / "report.md").read_text()
+    assert report.startswith("# Evaluation on `") and "12 examples." in report
+    assert "| label | precision | recall | F1 | support |" in report
+    for name in ("metrics.json", "confusion_matrix.png", "misclassified.tsv"):
+        assert (tmp_path / "eval" / name).exists(), name

@@ -1,15 +1,18 @@
-"""Keras callbacks of a fine-tuning run: data order, evaluation, best model, metrics file."""
+"""Keras callbacks of a fine-tuning run: data order, evaluation, best model, metrics file,
+progress lines and the per-step record of loss and learning rate."""
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
 import keras
 
 from bertkit.errors import UserError
+from bertkit.progress import Cadence, format_duration
 from bertkit.run_dir import read_json, write_json
 
 
@@ -44,11 +47,18 @@ class Evaluate(keras.callbacks.Callback):
     (best model, early stopping, TensorBoard) see them.
     """
 
-    def __init__(self, evaluate_fn):
+    def __init__(self, evaluate_fn, announce: str | None = None, stream=None):
         super().__init__()
         self.evaluate_fn = evaluate_fn
+        self.announce, self.stream = announce, stream
 
     def on_epoch_end(self, epoch, logs=None):
+        if self.announce:  # so that the bar or the log does not go silent while it runs
+            stream = self.stream or sys.stdout
+            if _is_terminal(stream):  # on the bar's line; Keras' final bar overwrites it
+                print(f"\r{self.announce}".ljust(80), end="", file=stream, flush=True)
+            else:
+                print(f"epoch {epoch + 1}: {self.announce}", file=stream, flush=True)
         started = time.time()
         metrics = self.evaluate_fn(self.model)
         for name, value in metrics.items():
@@ -191,3 +201,101 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
             self.model.optimizer.build(self.model.trainable_variables)  # as Keras does
         self.model.load_weights(weights)
         self.model._initial_epoch = metadata["epoch"]
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _learning_rate(model) -> float:
+    return float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+
+
+class _IntervalLoss:
+    """The mean loss of the steps since the last call, from Keras' running epoch mean."""
+
+    def __init__(self):
+        self.step, self.total = 0, 0.0
+
+    def __call__(self, step: int, running_mean: float) -> float:
+        total = running_mean * step
+        loss = (total - self.total) / max(step - self.step, 1)
+        self.step, self.total = step, total
+        return loss
+
+
+class TrainingProgress(keras.callbacks.Callback):
+    """A progress line at every tenth of an epoch or every 30 s, for logs, CI and `nohup`.
+
+    `epoch 1/3  step 12/40 (30%)  loss 0.6931  lr 2.9e-05  45.2 seq/s  eta 0:42`: the loss
+    is the mean over the steps since the previous line (as transformers' Trainer logs
+    it), sequences/s the epoch's average so far, the ETA the rest of the epoch. Keras'
+    bar shows this on a terminal; its one line per epoch says nothing until the end.
+    """
+
+    def __init__(self, steps_per_epoch: int, epochs: int, sequences_per_step: float,
+                 stream=None, clock=time.monotonic):
+        super().__init__()
+        self.steps, self.epochs = steps_per_epoch, epochs
+        self.sequences_per_step = sequences_per_step
+        self.stream, self.clock = stream, clock
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+        self.cadence = Cadence(self.steps, clock=self.clock)
+        self.interval_loss = _IntervalLoss()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = batch + 1
+        if "loss" not in (logs or {}) or not self.cadence.due(step):
+            return
+        loss = self.interval_loss(step, float(logs["loss"]))
+        rate = step * self.sequences_per_step / max(self.cadence.elapsed(), 1e-9)
+        print(f"epoch {self.epoch + 1}/{self.epochs}  step {step}/{self.steps} "
+              f"({100 * step // self.steps}%)  loss {loss:.4f}  "
+              f"lr {_learning_rate(self.model):.3g}  {rate:.1f} seq/s  "
+              f"eta {format_duration(self.cadence.elapsed() / step * (self.steps - step))}",
+              file=self.stream or sys.stdout, flush=True)
+
+
+class RecordSteps(keras.callbacks.Callback):
+    """Records the training loss and learning rate every `every` steps, for the report.
+
+    Each record is `{"epoch", "step", "progress", "loss", "learning_rate"}` (`progress`
+    in fractional epochs, `loss` the mean since the previous record), kept in `path`
+    (written at the end of each epoch, so a resumed run keeps the finished epochs').
+    The learning rate is also put in the step's logs, so that Keras' TensorBoard
+    callback (with `update_freq=every`) charts it with the loss.
+    """
+
+    def __init__(self, path, steps_per_epoch: int, every: int):
+        super().__init__()
+        self.path, self.steps, self.every = Path(path), steps_per_epoch, max(1, every)
+        self.records = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.records is None:  # the first epoch of this process: keep the earlier ones'
+            kept = read_json(self.path)["steps"] if self.path.exists() else []
+            self.records = [r for r in kept if r["epoch"] <= epoch]
+        self.epoch, self.interval_loss = epoch, _IntervalLoss()
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = batch + 1
+        if logs is None or "loss" not in logs:
+            return
+        logs["learning_rate"] = _learning_rate(self.model)  # every step: TensorBoard's steps
+        if step % self.every and step != self.steps:
+            return
+        loss = self.interval_loss(step, float(logs["loss"]))
+        learning_rate = logs["learning_rate"]
+        if math.isfinite(loss):
+            self.records.append({"epoch": self.epoch + 1,
+                                 "step": self.epoch * self.steps + step,
+                                 "progress": round(self.epoch + step / self.steps, 4),
+                                 "loss": loss, "learning_rate": learning_rate})
+
+    def on_epoch_end(self, epoch, logs=None):
+        write_json(self.path, {"every": self.every, "steps": self.records})

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import errno
 import json
 import math
 import os
 import sys
+from pathlib import Path
 
 from bertkit.errors import UserError
 
@@ -102,16 +104,46 @@ def _parser() -> argparse.ArgumentParser:
     sub = command("evaluate", _evaluate, "evaluate a fine-tuned model on a labelled file")
     sub.add_argument("run_dir")
     sub.add_argument("--data", metavar="FILE", help="default: the recipe's validation file")
+    sub.add_argument("--predictions-dir", metavar="DIR",
+                     help="where to write metrics.json, report.md, the confusion matrix and "
+                          "the misclassified examples (default: RUN_DIR/evaluation)")
 
     sub = command("predict", _predict, "predict on raw inputs; JSON lines out")
     sub.add_argument("run_dir")
     sub.add_argument("--input", metavar="FILE", default="-",
                      help="one input per line: plain text or JSON; '-' reads stdin (default)")
+    sub.add_argument("--column", metavar="NAME",
+                     help="read the text from this column of a TSV, CSV or JSON-lines file "
+                          "(one output per data row; the header and other columns are not "
+                          "predicted)")
+    sub.add_argument("--pair-column", metavar="NAME",
+                     help="with --column: the second text of pair tasks")
+    sub.add_argument("--format", choices=("auto", "tsv", "csv", "jsonl"), default="auto",
+                     help="with --column: the file format (default: from the file name; "
+                          "required for stdin)")
+    sub.add_argument("--batch-size", type=_positive, metavar="N",
+                     help="inputs per model call (default: twice the training batch size)")
+    sub.add_argument("--top-k", type=_positive, metavar="K",
+                     help="classification: add the K most probable labels as 'top_k'")
+    sub.add_argument("--output", metavar="FILE",
+                     help="write the JSON lines to FILE (replaced only when all inputs are "
+                          "done) instead of stdout")
+    sub.add_argument("--overwrite", action="store_true", help="replace an existing --output")
 
     sub = command("export", _export, "export a raw-text TensorFlow SavedModel")
     sub.add_argument("run_dir")
     sub.add_argument("--out", metavar="DIR", required=True)
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
 
 
 def _add_set(sub):
@@ -122,8 +154,9 @@ def _add_set(sub):
 def _finetune(args):
     import bertkit
 
-    bertkit.finetune(args.recipe, overrides=args.overrides, output_dir=args.output,
-                     overwrite=args.overwrite, features=args.features)
+    model = bertkit.finetune(args.recipe, overrides=args.overrides, output_dir=args.output,
+                             overwrite=args.overwrite, features=args.features)
+    print(f"run written to {model.run.path} (report.md, model card README.md, saved_model/)")
 
 
 def _featurize(args):
@@ -162,13 +195,16 @@ def _evaluate(args):
     from bertkit.run_dir import write_json
 
     model = bertkit.load(args.run_dir)
-    output = model.run.path / "evaluation"
+    output = Path(args.predictions_dir) if args.predictions_dir else model.run.path / "evaluation"
     try:
-        output.mkdir(exist_ok=True)
+        output.mkdir(exist_ok=True, parents=bool(args.predictions_dir))
         writable = os.access(output, os.W_OK)
+    except FileExistsError:
+        raise UserError("exists and is not a folder", source=output) from None
     except OSError:
         writable = False
-    metrics = model.evaluate(args.data, predictions_dir=output if writable else None)
+    metrics = model.evaluate(args.data, predictions_dir=output if writable else None,
+                             progress=True)
     print(model.task.format_metrics(metrics))
     try:
         if not writable:
@@ -184,11 +220,79 @@ def _evaluate(args):
 
 def _predict(args):
     import bertkit
+    from bertkit.progress import CountProgress
 
-    inputs = _read_inputs(args.input)  # before the model loads: input errors come fast
+    if args.pair_column and not args.column:
+        raise UserError("--pair-column needs --column")
+    if args.output and os.path.exists(args.output) and not args.overwrite:
+        raise UserError("exists; pass --overwrite to replace it", source=args.output)
+    if args.column:  # before the model loads: input errors come fast
+        inputs = _read_column_inputs(args.input, args.format, args.column, args.pair_column)
+    else:
+        inputs = _read_inputs(args.input)
     model = bertkit.load(args.run_dir)
-    for prediction in model.predict(inputs, errors="report"):
-        print(json.dumps(_finite(prediction), ensure_ascii=False, allow_nan=False))
+    batch_size = args.batch_size or 2 * model.description["batch_size"]
+    progress = CountProgress("predict", len(inputs), quiet_below=batch_size + 1)
+    predictions = model.predict_stream(inputs, batch_size, errors="report",
+                                       progress=progress.update)
+    with _output(args.output) as out:
+        for prediction in predictions:
+            if args.top_k and "error" not in prediction:
+                prediction = _with_top_k(prediction, args.top_k)
+            print(json.dumps(_finite(prediction), ensure_ascii=False, allow_nan=False),
+                  file=out, flush=out is sys.stdout)  # streamed: each batch as it is done
+
+
+@contextlib.contextmanager
+def _output(path):
+    """stdout, or a file that replaces `path` only when every input is done."""
+    if path is None:
+        yield sys.stdout
+        return
+    target = Path(path)
+    temporary = target.with_name(f".{target.name}.partial")
+    try:
+        with open(temporary, "w", encoding="utf-8") as file:
+            yield file
+        os.replace(temporary, target)
+    except FileNotFoundError:
+        raise UserError("folder not found", source=path) from None
+    except IsADirectoryError:
+        raise UserError("is a folder", source=path) from None
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _with_top_k(prediction: dict, k: int) -> dict:
+    probabilities = prediction.get("probabilities")
+    if not isinstance(probabilities, dict):
+        raise UserError("--top-k needs a classification model (predictions with "
+                        "'probabilities')")
+    ranked = sorted(probabilities.items(), key=lambda item: -item[1])[:k]
+    return {**prediction, "top_k": [{"label": label, "score": score} for label, score in ranked]}
+
+
+def _read_column_inputs(path: str, fmt: str, column: str, pair_column: str | None) -> list:
+    """One input per data row of a TSV/CSV/JSON-lines file: the column's text, or a
+    [text, pair] pair. An empty cell gives None (an "empty input" error object)."""
+    from bertkit.tabular import detect_format, read_records
+
+    source = "/dev/stdin" if path == "-" else path
+    if path == "-" and fmt == "auto":
+        raise UserError("--column on stdin needs --format tsv, csv or jsonl")
+    fmt = detect_format(source, fmt)
+    inputs = []
+    for line, row in read_records(source, fmt):
+        values = []
+        for name in (column, pair_column) if pair_column else (column,):
+            if name not in row:
+                raise UserError(f"missing column '{name}' (columns: "
+                                f"{', '.join(map(str, row)) or 'none'})",
+                                source="<stdin>" if path == "-" else path, line=line)
+            value = row[name]
+            values.append(value if isinstance(value, str) and value.strip() else None)
+        inputs.append(None if None in values else values[0] if len(values) == 1 else values)
+    return inputs
 
 
 def _finite(value):

@@ -10,7 +10,9 @@ from bertkit import schema
 from bertkit.backbone import load_architecture
 from bertkit.errors import UserError
 from bertkit.inference import predict_examples
+from bertkit.progress import CountProgress
 from bertkit.registry import load_task
+from bertkit.report import write_task_report
 from bertkit.run_dir import RunDirectory, read_json
 
 
@@ -89,6 +91,25 @@ class FineTunedModel:
         """
         if isinstance(inputs, str):
             inputs = [inputs]
+        return self._predict_chunk(list(inputs), 0, batch_size, errors)
+
+    def predict_stream(self, inputs, batch_size: int | None = None, *, errors: str = "raise",
+                       progress=None):
+        """`predict`, yielding predictions in input order as each batch of inputs is done.
+
+        For long inputs (the CLI): the first results come after one batch, not
+        after all of them. `progress`, if given, is called with the inputs done.
+        """
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        inputs = list(inputs)
+        step = batch_size or 2 * self.description["batch_size"]
+        for start in range(0, len(inputs), step):
+            yield from self._predict_chunk(inputs[start:start + step], start, batch_size, errors)
+            if progress is not None:
+                progress(min(start + step, len(inputs)))
+
+    def _predict_chunk(self, inputs: list, offset: int, batch_size, errors: str) -> list:
         results: list = [None] * len(inputs)
         positions, examples = [], []
         for position, value in enumerate(inputs):
@@ -96,7 +117,7 @@ class FineTunedModel:
                 examples.append(self._parse_input(value))
                 positions.append(position)
             except UserError as error:
-                error = UserError(error.message, source=f"input {position + 1}")
+                error = UserError(error.message, source=f"input {offset + position + 1}")
                 if errors == "raise":
                     raise error from None
                 results[position] = {"error": str(error)}
@@ -121,22 +142,31 @@ class FineTunedModel:
         return example
 
     def evaluate(self, path=None, batch_size: int | None = None,
-                 predictions_dir=None) -> dict:
+                 predictions_dir=None, progress: bool = False) -> dict:
         """The task's metrics on a labelled file (default: the recipe's validation file).
 
         With `predictions_dir`, the task also writes its predictions there in its
-        field's format where it has one (e.g. SQuAD's `{id: answer}` JSON).
+        field's format where it has one (e.g. SQuAD's `{id: answer}` JSON), and its
+        error analysis (`Task.report`: per-class report, confusion matrix, errors)
+        as `report.md` with its figures. `progress` shows progress on stderr.
         """
         path = path or self.task.data.validation or self.task.data.test
         if path is None:
             raise UserError("no evaluation file: pass --data FILE")
         examples = self.task.read(str(path))
-        predictions = predict_examples(self.task, self.model, examples,
-                                       batch_size or 2 * self.description["batch_size"],
-                                       self.buckets)
+        batch_size = batch_size or 2 * self.description["batch_size"]
+        shown = None
+        if progress:
+            counter = CountProgress("evaluate", len(examples), quiet_below=batch_size + 1)
+            shown = lambda fraction: counter.update(round(fraction * len(examples)))  # noqa: E731
+        predictions = predict_examples(self.task, self.model, examples, batch_size,
+                                       self.buckets, shown)
+        metrics = self.task.evaluate(examples, predictions)
         if predictions_dir is not None:
             self.task.write_predictions(examples, predictions, Path(predictions_dir))
-        return self.task.evaluate(examples, predictions)
+            write_task_report(self.task, examples, predictions, Path(predictions_dir),
+                              title=f"Evaluation on `{path}`", metrics=metrics)
+        return metrics
 
     def export(self, directory) -> Path:
         """Writes a raw-text SavedModel (see `bertkit.export`)."""

@@ -8,14 +8,17 @@ from bertkit.batching import inference_batches, pad_batch
 from bertkit.task import Features
 
 
-def predict_rows(task, model, features: Features, batch_size: int, buckets) -> dict:
+def predict_rows(task, model, features: Features, batch_size: int, buckets,
+                 progress=None) -> dict:
     """Model outputs for every row of `features`, in row order.
 
     Returns name -> list of per-row arrays; outputs listed in
-    `task.sequence_outputs` are cut to each row's token count.
+    `task.sequence_outputs` are cut to each row's token count. `progress`, if
+    given, is called with the number of rows done after each batch.
     """
     outputs: dict[str, list] = {}
     lengths = features.lengths()
+    done = 0
     for rows in inference_batches(lengths, batch_size):
         batch = pad_batch(features, rows, buckets)
         inputs, _, _ = task.make_batch(batch, training=False, rng=None)
@@ -29,13 +32,21 @@ def predict_rows(task, model, features: Features, batch_size: int, buckets) -> d
             for j, row in enumerate(rows):
                 cut = values[j, :lengths[row]] if name in task.sequence_outputs else values[j]
                 per_row[row] = cut
+        done += len(rows)
+        if progress is not None:
+            progress(done)
     return outputs
 
 
-def predict_examples(task, model, examples: list, batch_size: int, buckets) -> list[dict]:
-    """Featurize, run and decode: user-facing predictions, one per example."""
+def predict_examples(task, model, examples: list, batch_size: int, buckets,
+                     progress=None) -> list[dict]:
+    """Featurize, run and decode: user-facing predictions, one per example.
+
+    `progress`, if given, is called with the fraction of model rows done.
+    """
     if not examples:
         return []
     features = task.featurize(examples, training=False)
-    outputs = predict_rows(task, model, features, batch_size, buckets)
+    report = None if progress is None else (lambda done: progress(done / len(features)))
+    outputs = predict_rows(task, model, features, batch_size, buckets, report)
     return task.decode(examples, features, outputs)

@@ -1,58 +1,235 @@
-"""The end-of-run report: a Markdown summary and a learning-curve plot."""
+"""The end-of-run report (report.md, learning_curve.png), the model card (README.md) and the
+task's error analysis, written by `finetune` and by `bertkit evaluate`."""
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 
-def plot_learning_curve(history: list[dict], path) -> Path | None:
-    """Training loss and validation metrics per epoch, as a PNG."""
-    if not history:
-        return None
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    epochs = [h["epoch"] for h in history]
-    validation = sorted({k for h in history for k in h if k.startswith("val_")})
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.plot(epochs, [h.get("loss") for h in history], marker="o", label="training loss")
-    left.set_xlabel("epoch")
-    left.set_title("loss")
-    left.legend()
-    for name in validation:
-        right.plot(epochs, [h.get(name) for h in history], marker="o", label=name[4:])
-    right.set_xlabel("epoch")
-    right.set_title("validation")
-    if validation:
-        right.legend()
+    return plt
+
+
+def markdown_table(header: list, rows: list[list]) -> str:
+    """A Markdown table; floats to 4 decimals, `|` in cells escaped.
+
+    Example:
+        >>> print(markdown_table(["type", "F1"], [["PER", 0.91234]]))
+        | type | F1 |
+        |---|---|
+        | PER | 0.9123 |
+    """
+    def cell(value) -> str:
+        text = f"{value:.4f}" if isinstance(value, float) else str(value)
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(map(cell, header)) + " |", "|---" * len(header) + "|"]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def best_epoch(history: list[dict], monitor: str, mode: str) -> dict | None:
+    """The epoch the run kept: best `monitor` (first of equals), else the last."""
+    scored = [h for h in history if monitor in h]
+    if not scored:
+        return history[-1] if history else None
+    return (max if mode == "max" else min)(scored, key=lambda h: h[monitor])
+
+
+def plot_learning_curve(history: list[dict], path, steps: list[dict] | None = None,
+                        monitor: str | None = None, mode: str = "max") -> Path | None:
+    """Left: training loss per logged step with the learning rate; right: the validation
+    metric per epoch with the best epoch marked. Epochs on both x axes."""
+    if not history:
+        return None
+    plt = pyplot()
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    _plot_loss(left, history, steps or [])
+    _plot_validation(right, history, monitor, mode)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return Path(path)
 
 
+def _plot_loss(axes, history, steps) -> None:
+    if steps:
+        axes.plot([s["progress"] for s in steps], [s["loss"] for s in steps], color="tab:blue",
+                  linewidth=1, label="training loss (per logged step)")
+    axes.plot([h["epoch"] for h in history], [h.get("loss") for h in history], "o",
+              color="tab:blue", label="training loss (epoch mean)")
+    axes.set_xlabel("epoch")
+    axes.set_ylabel("loss")
+    axes.set_title("training")
+    axes.set_xlim(0, max(h["epoch"] for h in history) + 0.05)
+    _epoch_ticks(axes, history)
+    if steps:
+        rate = axes.twinx()
+        rate.plot([s["progress"] for s in steps], [s["learning_rate"] for s in steps],
+                  color="tab:orange", linewidth=1, label="learning rate")
+        rate.set_ylabel("learning rate", color="tab:orange")
+        rate.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+        rate.legend(loc="upper right", fontsize="small")
+    axes.legend(loc="lower left" if steps else "best", fontsize="small")
+
+
+def _plot_validation(axes, history, monitor, mode) -> None:
+    axes.set_xlabel("epoch")
+    _epoch_ticks(axes, history)
+    if not monitor or not any(monitor in h for h in history):
+        axes.set_title("validation (no validation split)")
+        return
+    scored = [h for h in history if monitor in h]
+    name = monitor.removeprefix("val_")
+    axes.plot([h["epoch"] for h in scored], [h[monitor] for h in scored], marker="o",
+              color="tab:green", label=name)
+    best = best_epoch(history, monitor, mode)
+    axes.scatter([best["epoch"]], [best[monitor]], s=250, marker="*", color="tab:red",
+                 zorder=3, label=f"best: epoch {best['epoch']}, {best[monitor]:.4f}")
+    axes.set_title(f"validation {name} ({'higher' if mode == 'max' else 'lower'} is better)")
+    axes.legend(fontsize="small")
+
+
+def _epoch_ticks(axes, history) -> None:
+    last = max(h["epoch"] for h in history)
+    axes.set_xticks(range(0 if axes.get_xlim()[0] < 0.5 else 1, last + 1,
+                          max(1, last // 10)))
+
+
 def write_report(path, *, recipe: dict, history: list[dict], final: dict, monitor: str,
-                 seconds: float) -> None:
-    """Writes report.md: setup, final metrics table, per-epoch table, the plot."""
+                 seconds: float, mode: str = "max", steps: list[dict] | None = None,
+                 task_section: str | None = None) -> None:
+    """Writes report.md: setup, final metrics, per-epoch table, the plot, the task's section."""
+    best = best_epoch(history, monitor, mode)
+    kept = f", best epoch {best['epoch']}" if best and monitor in best else ""
     lines = [f"# bertkit run: {recipe['task']['name']}", "",
              f"- backbone: `{recipe['backbone']['preset']}`, sequence length "
              f"{recipe['backbone']['sequence_length']}",
              f"- training file: `{recipe['data']['train']}`",
-             f"- epochs run: {len(history)}, wall time {seconds:.0f} s, best by `{monitor}`", "",
-             "## Final metrics", "", "| split | metric | value |", "|---|---|---|"]
+             f"- epochs run: {len(history)}, wall time {seconds:.0f} s, best by `{monitor}`{kept}",
+             "", "## Final metrics", "", "| split | metric | value |", "|---|---|---|"]
     for split, metrics in final.items():
         for name, value in metrics.items():
             if isinstance(value, (int, float)):
                 lines.append(f"| {split} | {name} | {value:.4f} |")
     if history:
         columns = [k for k in history[-1] if k != "epoch"]
-        lines += ["", "## Per epoch", "", "| epoch | " + " | ".join(columns) + " |",
-                  "|---" * (len(columns) + 1) + "|"]
-        for h in history:
-            cells = [f"{h[c]:.4g}" if isinstance(h.get(c), float) else str(h.get(c, ""))
-                     for c in columns]
-            lines.append(f"| {h['epoch']} | " + " | ".join(cells) + " |")
-        lines += ["", "![learning curve](learning_curve.png)"]
+        rows = [[f"{h['epoch']}{' (best)' if h is best and kept else ''}",
+                 *(f"{h[c]:.4g}" if isinstance(h.get(c), float) else str(h.get(c, ""))
+                   for c in columns)] for h in history]
+        lines += ["", "## Per epoch", "", markdown_table(["epoch", *columns], rows), "",
+                  "![learning curve](learning_curve.png)", ""]
+        if steps:
+            every = _every(steps)
+            lines.append(f"Training loss logged every {f'{every} steps' if every > 1 else 'step'}"
+                         f" ({len(steps)} points, in `steps.json`), with the learning rate.")
+    if task_section:
+        lines += ["", "# Validation error analysis (best epoch)", "", task_section]
     Path(path).write_text("\n".join(lines) + "\n")
+
+
+def _every(steps: list[dict]) -> int:
+    return steps[1]["step"] - steps[0]["step"] if len(steps) > 1 else 1
+
+
+def write_task_report(task, examples: list, predictions: list[dict], directory, *,
+                      title: str, metrics: dict) -> str | None:
+    """The task's error analysis (`Task.report`) as `directory/report.md`; returns it."""
+    directory = Path(directory)
+    section = task.report(examples, predictions, directory)
+    rows = [[name, value] for name, value in metrics.items() if isinstance(value, (int, float))]
+    text = "\n".join([f"# {title}", "", f"{len(examples)} examples.", "",
+                      markdown_table(["metric", "value"], rows), "", section or ""]) + "\n"
+    (directory / "report.md").write_text(text)
+    return section
+
+
+def write_model_card(path, *, recipe: dict, data_sizes: dict, final: dict, monitor: str,
+                     task_description: str, best: dict | None) -> None:
+    """README.md in the run directory, the model card users of model hubs look for."""
+    training = recipe["training"]
+    shown = {k: training[k] for k in ("epochs", "batch_size", "learning_rate", "warmup_ratio",
+                                      "weight_decay", "max_grad_norm", "seed") if k in training}
+    lines = [f"# {Path(recipe.get('output_dir') or path).name}: a bertkit "
+             f"{recipe['task']['name']} model", "",
+             f"{task_description}", "",
+             "## Base model", "", f"`{recipe['backbone']['preset']}`, fine-tuned with bertkit "
+             f"(sequence length {recipe['backbone']['sequence_length']}).", "",
+             "## Data", "",
+             markdown_table(["split", "file", "examples", "size"],
+                            [[split, f"`{info['file']}`", info["examples"], info["size"]]
+                             for split, info in data_sizes.items()]), "",
+             "## Training recipe", "",
+             ", ".join(f"{k} {v}" for k, v in shown.items())
+             + (f"; best epoch {best['epoch']} by `{monitor}`" if best else "")
+             + ". The full recipe is `recipe.yaml`.", "",
+             "## Metrics", ""]
+    rows = [[split, name, value] for split, metrics in final.items()
+            for name, value in metrics.items() if isinstance(value, (int, float))]
+    lines += [markdown_table(["split", "metric", "value"], rows) if rows
+              else "No validation or test split was evaluated.", "",
+              "## Intended use", "",
+              f"{recipe['task']['name']} on text like the training data "
+              "(same language, domain and label set). Use it with "
+              "`bertkit predict <run>`, `bertkit.load(<run>).predict([...])`, or serve "
+              "`saved_model/` with TensorFlow and tensorflow-text (raw text in).", "",
+              "## Limits", "",
+              "- Measured only on the splits above; expect lower quality on other domains, "
+              "languages or label definitions.",
+              f"- Inputs longer than {recipe['backbone']['sequence_length']} word pieces are "
+              "truncated or windowed by the task.",
+              "- It inherits the biases of the base model and of the training data; review "
+              "its errors (`report.md`) before relying on it.", ""]
+    Path(path).write_text("\n".join(lines))
+
+
+def data_size(path, examples: int | None) -> dict:
+    """`{"file", "examples", "size"}` of a data file, for the model card."""
+    try:
+        size = f"{os.path.getsize(path) / 1024:.1f} KiB"
+    except (OSError, TypeError):
+        size = "?"
+    return {"file": Path(path).name if path else "-",
+            "examples": "?" if examples is None else examples, "size": size}
+
+
+def write_run_report(directory, recipe, data, history: list[dict], final: dict, monitor: str,
+                     seconds: float, validation_predictions: list[dict] | None) -> None:
+    """All of a finished run's reading matter: learning_curve.png, report.md (with the
+    task's error analysis of the validation split) and the model card README.md."""
+    import numpy as np
+
+    from bertkit.run_dir import read_json
+
+    directory, task = Path(directory), data.task
+    steps_file = directory / "steps.json"
+    steps = read_json(steps_file)["steps"] if steps_file.exists() else []
+    mode = task.mode if monitor.startswith("val_") else "min"
+    plot_learning_curve(history, directory / "learning_curve.png", steps, monitor, mode)
+    section = None
+    if validation_predictions is not None and data.validation:
+        try:
+            section = task.report(data.validation, validation_predictions, directory)
+        except Exception as error:  # noqa: BLE001  (a plugin's report must not lose the run)
+            print(f"bertkit: warning: the {task.name} task's report failed: "
+                  f"{type(error).__name__}: {error}", file=sys.stderr)
+    plain = recipe.to_dict()
+    write_report(directory / "report.md", recipe=plain, history=history, final=final,
+                 monitor=monitor, seconds=seconds, mode=mode, steps=steps, task_section=section)
+    sizes = {"train": data_size(recipe.data.train,
+                                len(np.unique(data.train_features.example_index)))}
+    if data.validation:
+        sizes["validation"] = data_size(recipe.data.validation, len(data.validation))
+    if recipe.data.test:
+        sizes["test"] = data_size(recipe.data.test, None)
+    write_model_card(directory / "README.md", recipe=plain, data_sizes=sizes, final=final,
+                     monitor=monitor, task_description=task.description,
+                     best=best_epoch(history, monitor, mode))

@@ -7,8 +7,9 @@ Layout::
     model/               backbone architecture, tokenizer, task.json, model.weights.h5 (best)
     checkpoint/          last finished epoch (weights, optimizer, epoch) for resuming
     metrics.json         metrics per epoch and final evaluation
+    steps.json           training loss and learning rate per logged step
     logs/                TensorBoard
-    report.md, learning_curve.png
+    report.md, learning_curve.png, README.md (model card), the task's report files
     saved_model/         raw-text TensorFlow SavedModel
     .lock                held (flock) by the finetune writing the run; names its process
 

@@ -53,6 +53,13 @@ def read_rows(path, fmt: str, columns: list[str]) -> Iterator[tuple[int, dict]]:
         yield line, _require(row, columns, path, line)
 
 
+def read_records(path, fmt: str) -> Iterator[tuple[int, dict]]:
+    """Yields (line number, row) of every data row, whatever its columns hold."""
+    if fmt == "jsonl":
+        return read_json_lines(path, objects=True)
+    return _delimited_rows(path, fmt)
+
+
 def _delimited_rows(path, fmt):
     handle = (text for _, text in numbered_lines(path, keep_ends=True))
     if fmt == "tsv":

@@ -40,6 +40,11 @@ What a task declares, each as a small piece:
                        written by `finetune` (validation) and `evaluate`
 `write_artifacts`      optional: extra files for the run directory at the end of
                        training (MLM's adapted backbone preset)
+`report`               optional: examples + predictions -> a Markdown section of
+                       error analysis (`## ` headings), its figures and files
+                       written into a given folder: in `report.md` at the end of
+                       `finetune` (validation, best weights) and in `bertkit
+                       evaluate`'s output (confusion matrix, per-type P/R/F1, ...)
 `parse_input`          one raw user input (str, pair, dict) -> example
 `serving_inputs`,      the exported SavedModel signature: raw strings in,
 `serve`                decoded outputs out, in TensorFlow ops
@@ -198,6 +203,15 @@ class Task:
 
     def write_predictions(self, examples: list, predictions: list[dict], directory) -> None:
         """Writes evaluation predictions in the field's own format, if it has one."""
+
+    def report(self, examples: list, predictions: list[dict], directory) -> str | None:
+        """Error analysis as Markdown (`## ` sections), or None for none.
+
+        Figures and files it writes go into `directory` (a `pathlib.Path`) and are
+        linked by their bare names, e.g. `![confusion matrix](confusion_matrix.png)`.
+        Helpers: `bertkit.report.markdown_table`, `bertkit.report.pyplot`.
+        """
+        return None
 
     def format_metrics(self, metrics: dict) -> str:
         return "\n".join(f"{key}: {value:.4f}" for key, value in metrics.items()

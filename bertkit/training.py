@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.progress import say
 from bertkit.recipe import Recipe, check_inputs, load_recipe
 from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json, write_json
 
@@ -138,6 +139,8 @@ class TaskData:
             pretrained = cls._backbone(recipe, load_pretrained)
         with phases("featurize"):
             task = _new_task(recipe, pretrained.tokenizer, state)
+            say(f"featurizing {len(train)} training and {len(validation or ())} validation "
+                "examples")
             validation_features = (task.featurize(validation, training=False) if validation
                                    else None)
             train_features = task.featurize(train, training=True)
@@ -162,6 +165,7 @@ class TaskData:
 
     @staticmethod
     def _backbone(recipe, load_pretrained):
+        say(f"loading the backbone {recipe.backbone.preset}")
         return load_pretrained(recipe.backbone.preset,
                                sequence_length=recipe.backbone.sequence_length,
                                lowercase=recipe.backbone.lowercase, source=recipe.source)
@@ -194,6 +198,7 @@ class _Trainer:
         self.recipe, self.run, self.resuming = recipe, run, resuming
         self.training = recipe.training
         self.features_file = features
+        self.validation_predictions = None  # the best weights', for the report
         self.verbose = verbose if verbose is not None else (1 if sys.stdout.isatty() else 2)
 
     def execute(self):
@@ -270,7 +275,7 @@ class _Trainer:
             if recipe.data.test and not self.features_file:
                 final["test"] = finetuned.evaluate(recipe.data.test, eval_batch_size)
         with phases("report"):
-            self._write_results(history, final, time.time() - started)
+            self._write_results(history, final, time.time() - started, data)
             task.write_artifacts(data.pretrained.backbone, self.run.path)
         with phases("export"):
             self._export(finetuned)
@@ -313,6 +318,7 @@ class _Trainer:
             write_json(self.run.task_file, description)
             predictions = validation.decode(outputs)
         task.write_predictions(validation.examples, predictions, self.run.path)
+        self.validation_predictions = predictions  # for the report's error analysis
         return task.evaluate(validation.examples, predictions), description
 
     def _fit(self, model, task, batches, validation) -> tuple[list[dict], int | None]:
@@ -339,15 +345,16 @@ class _Trainer:
             history = read_json(self.run.metrics_file)["epochs"][:initial_epoch]
         monitor, mode = (f"val_{task.monitor}", task.mode) if validation else ("loss", "min")
         callbacks = [SetEpoch(batches), StopOnNonFiniteLoss(self.training.learning_rate),
-                     TimeSteps(self.phases)]
+                     TimeSteps(self.phases), *self._progress_callbacks(len(batches))]
         if validation:
-            callbacks.append(Evaluate(validation.evaluate))
+            callbacks.append(Evaluate(validation.evaluate, "evaluating on the validation split"))
         tracker = TrackRun(self.run, monitor, mode, self.training.early_stopping_patience,
                            history, on_best=validation and validation.keep_latest)
         callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir),
                                                       delete_checkpoint=False)]
         if keras.backend.backend() == "tensorflow":
-            callbacks.append(keras.callbacks.TensorBoard(str(self.run.logs_dir), profile_batch=0))
+            callbacks.append(keras.callbacks.TensorBoard(
+                str(self.run.logs_dir), profile_batch=0, update_freq=log_every(len(batches))))
         if initial_epoch:
             print(f"resuming {self.run.path} after epoch {initial_epoch}", file=sys.stderr)
         model.fit(batches.as_dataset(), epochs=self.training.epochs, callbacks=callbacks,
@@ -357,14 +364,22 @@ class _Trainer:
         best = tracker.best()
         return tracker.history, best and best["epoch"]
 
-    def _write_results(self, history, final, seconds) -> None:
-        from bertkit.report import plot_learning_curve, write_report
+    def _progress_callbacks(self, steps: int) -> list:
+        from bertkit.callbacks import RecordSteps, TrainingProgress
+
+        callbacks = [RecordSteps(self.run.path / "steps.json", steps, log_every(steps))]
+        if self.verbose == 2:  # not a terminal: Keras prints one line per epoch, at its end
+            callbacks.append(TrainingProgress(steps, self.training.epochs, self.training.batch_size
+                                              / self.training.micro_batches))
+        return callbacks
+
+    def _write_results(self, history, final, seconds, data) -> None:
+        from bertkit.report import write_run_report
 
         monitor = read_json(self.run.metrics_file)["monitor"]
         write_json(self.run.metrics_file, {"monitor": monitor, "epochs": history, "final": final})
-        plot_learning_curve(history, self.run.path / "learning_curve.png")
-        write_report(self.run.path / "report.md", recipe=self.recipe.to_dict(), history=history,
-                     final=final, monitor=monitor, seconds=seconds)
+        write_run_report(self.run.path, self.recipe, data, history, final, monitor, seconds,
+                         self.validation_predictions)
         for split, metrics in final.items():
             shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()
                               if isinstance(v, (int, float)))
@@ -415,6 +430,11 @@ class _Validation:
             return self.best[1], self.best[2]
         outputs = self.outputs(model)  # a resumed run whose best epoch was not in this process
         return outputs, self.decode(outputs)
+
+
+def log_every(steps_per_epoch: int) -> int:
+    """Steps between records of the loss and learning rate: about 50 per epoch."""
+    return max(1, steps_per_epoch // 50)
 
 
 def jit_compile_setting(setting):

@@ -127,6 +127,11 @@ class ClassificationTask(Task):
             metrics["mcc"] = matthews_corrcoef(matrix)
         return metrics
 
+    def report(self, examples, predictions, directory):
+        from bertkit_tasks.classification.report import classification_report
+
+        return classification_report(examples, predictions, self.labels, directory)
+
     def parse_input(self, value):
         if isinstance(value, str):
             return TextExample(value)

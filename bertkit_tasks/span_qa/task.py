@@ -214,6 +214,12 @@ class SpanQATask(Task):
                                    _by_id(examples, predictions, "null_score_diff"))
         return {**metrics, **{key: value for key, value in best.items() if key.startswith("best_")}}
 
+    def report(self, examples, predictions, directory):
+        from bertkit_tasks.span_qa.report import qa_report
+
+        return qa_report(examples, predictions, self.evaluate(examples, predictions),
+                         self.options.version, self.null_score_threshold)
+
     def parse_input(self, value):
         if (isinstance(value, (list, tuple)) and len(value) == 2
                 and all(isinstance(text, str) for text in value)):

@@ -248,9 +248,12 @@ class TaggingTask(Task):
             return {"entities": entities}
         return {"tags": [self.labels[i] for i in tag_ids], "entities": entities}
 
+    def _predicted_tags(self, sentence, prediction) -> list[str]:
+        return chunks_to_tags([(e["type"], e["start"], e["end"]) for e in prediction["entities"]],
+                              len(sentence.tags), self.data.scheme)
+
     def evaluate(self, examples, predictions):
-        predicted = [chunks_to_tags([(e["type"], e["start"], e["end"]) for e in p["entities"]],
-                                    len(sentence.tags), self.data.scheme)
+        predicted = [self._predicted_tags(sentence, p)
                      for sentence, p in zip(examples, predictions, strict=True)]
         result = conll_evaluate([list(sentence.tags) for sentence in examples], predicted)
         counts = {key: result.pop(key) for key in ("tokens", "found_gold", "found_predicted",
@@ -259,6 +262,14 @@ class TaggingTask(Task):
 
     def format_metrics(self, metrics):
         return format_report({**metrics, **metrics["counts"]})
+
+    def report(self, examples, predictions, directory):
+        from bertkit_tasks.tagging.report import tagging_report
+
+        predicted = [self._predicted_tags(sentence, p)
+                     for sentence, p in zip(examples, predictions, strict=True)]
+        return tagging_report(examples, predicted, directory,
+                              self.evaluate(examples, predictions)["per_type"])
 
     def parse_input(self, value):
         if isinstance(value, dict):

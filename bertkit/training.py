@@ -251,13 +251,19 @@ class _Trainer:
     def _export(self, finetuned) -> None:
         import keras
 
-        if keras.backend.backend() != "tensorflow":
+        from bertkit.export import export_in_tensorflow_process, tensorflow_available
+
+        on_tensorflow = keras.backend.backend() == "tensorflow"
+        if not on_tensorflow and not tensorflow_available():
             print(f"no SavedModel: export needs TensorFlow; run 'bertkit export {self.run.path} "
                   "--out DIR' where TensorFlow is installed", file=sys.stderr)
             return
         if self.run.saved_model_dir.exists():
             shutil.rmtree(self.run.saved_model_dir)  # from an interrupted export of this run
-        finetuned.export(self.run.saved_model_dir)
+        if on_tensorflow:
+            finetuned.export(self.run.saved_model_dir)
+        else:  # trained on JAX: the saved best weights, rebuilt on TensorFlow in a child
+            export_in_tensorflow_process(self.run.path, self.run.saved_model_dir)
 
     def _calibrate(self, validation, model, description: dict) -> tuple[dict, dict]:
         """The best weights' validation metrics, after the task calibrates on them.
@@ -288,6 +294,7 @@ class _Trainer:
             StopOnNonFiniteLoss,
             TrackRun,
         )
+        from bertkit.export import tensorflow_available
 
         if self.resuming and read_json(self.run.run_file).get("trained"):
             # Killed after training (final evaluation, export): the best weights are saved.
@@ -306,7 +313,7 @@ class _Trainer:
                            history)
         callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir),
                                                       delete_checkpoint=False)]
-        if keras.backend.backend() == "tensorflow":
+        if tensorflow_available():  # Keras writes TensorBoard logs with tf.summary, any backend
             callbacks.append(keras.callbacks.TensorBoard(str(self.run.logs_dir), profile_batch=0))
         if initial_epoch:
             print(f"resuming {self.run.path} after epoch {initial_epoch}", file=sys.stderr)

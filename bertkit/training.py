@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import shutil
 import sys
@@ -181,13 +180,13 @@ class _Trainer:
     def execute(self):
         import keras
 
+        from bertkit.distribution import data_parallel_scope
+
         policy = keras.config.dtype_policy()
         try:
             if self.training.mixed_precision:
                 keras.config.set_dtype_policy(f"mixed_{self.training.mixed_precision}")
-            with _strategy_scope(self.training.distribution,
-                                 self.training.gradient_accumulation_steps
-                                 * self.training.micro_batches):
+            with data_parallel_scope(self.training, self.recipe.source):
                 return self._train()
         finally:
             keras.config.set_dtype_policy(policy)  # a process-wide setting: leave it as found
@@ -197,6 +196,7 @@ class _Trainer:
 
         from bertkit.backbone import save_architecture
         from bertkit.batching import TrainingBatches
+        from bertkit.distribution import devices_sharing_a_batch
         from bertkit.finetuned import FineTunedModel
         from bertkit.optimization import make_optimizer
 
@@ -213,7 +213,8 @@ class _Trainer:
         buckets = tuple(description["bucket_lengths"])
         eval_batch_size = training.eval_batch_size or 2 * training.batch_size
         batches = TrainingBatches(task, data.train_features, training.batch_size, buckets,
-                                  training.seed, training.batch_order, training.micro_batches)
+                                  training.seed, training.batch_order, training.micro_batches,
+                                  row_multiple=devices_sharing_a_batch())
 
         # ---- model
         model = task.build_model(data.pretrained.backbone)
@@ -370,21 +371,3 @@ def jit_compile_setting(setting):
 
         return bool(tf.config.list_logical_devices("GPU"))
     return keras.backend.backend() == "jax"
-
-
-def _strategy_scope(kind: str, accumulation: int):
-    import keras
-
-    if keras.backend.backend() != "tensorflow":
-        return contextlib.nullcontext()
-    import tensorflow as tf
-
-    gpus = tf.config.list_logical_devices("GPU")
-    if kind == "mirrored" or (kind == "auto" and len(gpus) > 1):
-        if accumulation > 1:
-            raise UserError("Keras cannot accumulate gradients under tf.distribute; set "
-                            "training.gradient_accumulation_steps and training.micro_batches "
-                            "to 1, or distribution: one_device",
-                            key="training.gradient_accumulation_steps")
-        return tf.distribute.MirroredStrategy().scope()
-    return contextlib.nullcontext()

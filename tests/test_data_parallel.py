@@ -145,3 +145,53 @@ def test_filler_rows_weigh_nothing_and_the_batch_mean_is_kept():
     # Keras's mean over 6 weighted rows equals the plain mean over the 5 real ones.
     np.testing.assert_allclose(np.sum(weights[:5] * labels[:5]) / 6, np.mean(labels[:5]))
     assert fill_rows(np.arange(4), 2).tolist() == [0, 1, 2, 3]
+
+
+TWO_TENSORFLOW_DEVICES = """
+import json
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+replicas = []
+train_step = keras.Model.train_step
+def recording(self, data):
+    replicas.append(tf.distribute.get_replica_context().num_replicas_in_sync)  # when traced
+    return train_step(self, data)
+keras.Model.train_step = recording
+import bertkit
+report = {}
+for name in ("one_device", "two_devices"):
+    replicas.clear()
+    bertkit.finetune(f"{name}.yaml", verbose=0)
+    report[name] = {"metrics": json.load(open(f"{name}/metrics.json")), "replicas": replicas[:]}
+print(json.dumps(report))
+"""
+
+
+def test_tensorflow_mirrored_over_two_logical_cpus_ends_as_one_device(tmp_path):
+    # Dropout off: each TensorFlow replica draws its own mask for its half of the batch
+    # (not the halves of the one-device mask, as JAX does), which is no error but would
+    # hide the comparison; what is left differs only in the order of float32 sums.
+    write_tiny_checkpoint(tmp_path / "ckpt", hidden_dropout_prob=0.0)
+    write_sentiment_tsv(tmp_path / "train.tsv", 48, seed=0)
+    write_sentiment_tsv(tmp_path / "dev.tsv", 15, seed=1)
+    for name, distribution in (("one_device", "one_device"), ("two_devices", "auto")):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({
+            "schema": 1, "task": {"name": "classification", "dropout": 0.0},
+            "backbone": {"preset": "./ckpt", "sequence_length": 32},
+            "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+            "training": {**BASE, "distribution": distribution}, "output_dir": name}))
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+    result = subprocess.run([sys.executable, "-c", TWO_TENSORFLOW_DEVICES], cwd=tmp_path,
+                            env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    one, two = report["one_device"], report["two_devices"]
+    assert set(one["replicas"]) == {1} and set(two["replicas"]) == {2}
+    for a, b in zip(one["metrics"]["epochs"], two["metrics"]["epochs"], strict=True):
+        print(f"TensorFlow epoch {a['epoch']}: loss {a['loss']!r} (1 device) vs "
+              f"{b['loss']!r} (2 devices)")
+        np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4)  # as on JAX
+    assert two["metrics"]["final"]["validation"]["accuracy"] == \
+        one["metrics"]["final"]["validation"]["accuracy"]

@@ -126,6 +126,8 @@ def test_compiled_training_programs_stay_within_the_buckets(report):
     # bucket_lengths(32) is (16, 32): one training program per bucket length in use,
     # and full batches throughout, so at most two.
     for name in ("one_device", "two_devices"):
+        print(f"{name}: {report[name]['train_programs']} training programs, "
+              f"{report[name]['predict_programs']} inference programs compiled")
         assert 1 <= report[name]["train_programs"] <= 2, report[name]
 
 

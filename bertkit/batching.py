@@ -195,6 +195,29 @@ def _normalize_each_output(weights: list) -> list:
     return normalize_weights(weights)
 
 
+def fill_rows(rows: np.ndarray, multiple: int) -> np.ndarray:
+    """`rows` made a multiple of `multiple` long by repeating its first row.
+
+    A batch spread over N devices must hold a multiple of N rows; the filler
+    rows get weight 0 in training and their outputs are dropped in inference.
+
+    Example:
+        >>> fill_rows(np.array([7, 3, 5]), 2).tolist()
+        [7, 3, 5, 7]
+    """
+    missing = -len(rows) % multiple
+    return np.concatenate([rows, np.repeat(rows[:1], missing)]) if missing else rows
+
+
+def _zero_filler_rows(weights, count: int):
+    """`weights` (an array, or a dict of them) with rows from `count` on set to 0."""
+    if isinstance(weights, dict):
+        return {name: _zero_filler_rows(value, count) for name, value in weights.items()}
+    weights = np.array(weights, np.float32)
+    weights[count:] = 0.0
+    return weights
+
+
 def inference_batches(lengths: np.ndarray, batch_size: int) -> list:
     """Batches of rows sorted by length (least padding); order does not matter for prediction."""
     order = np.argsort(lengths, kind="stable")
@@ -212,12 +235,13 @@ class TrainingBatches:
     """
 
     def __init__(self, task, features: Features, batch_size: int, buckets, seed: int,
-                 order: str = "length_buckets", micro_batches: int = 1):
+                 order: str = "length_buckets", micro_batches: int = 1, row_multiple: int = 1):
         if order not in ("length_buckets", "random"):
             raise ValueError(f"unknown batch order {order!r}")
         self.task, self.features, self.batch_size = task, features, batch_size
         self.buckets, self.seed = tuple(buckets), seed
         self.order, self.micro_batches = order, micro_batches
+        self.row_multiple = row_multiple  # devices sharing each step (see fill_rows)
         self.lengths = features.lengths()
         self.epoch = 0
         batches = self._batches(0)
@@ -264,16 +288,24 @@ class TrainingBatches:
         if self._plan_epoch != self.epoch:
             self._plan = self.step_rows(self.epoch)
             self._plan_epoch = self.epoch
-        made = []
+        made, counts = [], []
         for step in range(first, first + self.micro_batches):
             rng = np.random.default_rng([self.seed, self.epoch, step, 1])
-            padded = pad_batch(self.features, self._plan[step], self.buckets)
+            rows = self._plan[step]
+            padded = pad_batch(self.features, fill_rows(rows, self.row_multiple), self.buckets)
             made.append(self.task.make_batch(padded, training=True, rng=rng))
+            counts.append(len(rows))
+        filled = any(count % self.row_multiple for count in counts)
         if made[0][2] is None:
-            if self.micro_batches == 1:
+            if self.micro_batches == 1 and self.row_multiple == 1:
                 return [(inputs, targets) for inputs, targets, _ in made]
-            # Parts differ in size: weigh rows so that each counts once in the update.
+            # Parts differ in size, or some may get filler rows: weigh rows so that
+            # each counts once in the update (and every step has the same structure,
+            # which Keras's distributed input needs).
             made = [(inputs, targets, _row_weights(targets)) for inputs, targets, _ in made]
+        if filled:  # filler rows (see fill_rows) weigh nothing
+            made = [(inputs, targets, _zero_filler_rows(w, n))
+                    for (inputs, targets, w), n in zip(made, counts, strict=True)]
         weights = _normalize_each_output([w for _, _, w in made])
         return [(inputs, targets, w) for (inputs, targets, _), w in zip(made, weights, strict=True)]
 

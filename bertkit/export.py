@@ -8,7 +8,11 @@ inside it (as graph constants and in `assets/bertkit.json`).
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from bertkit.errors import UserError
@@ -39,6 +43,30 @@ def export_saved_model(task, model, directory, metadata: dict) -> Path:
     assets.mkdir(exist_ok=True)
     (assets / "bertkit.json").write_text(json.dumps(metadata, indent=2))
     return directory
+
+
+def tensorflow_available() -> bool:
+    """TensorFlow and tf-text can be imported (checked without importing them)."""
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("tensorflow", "tensorflow_text"))
+
+
+def export_in_tensorflow_process(run_dir, directory) -> Path:
+    """Exports a run's saved weights from a child process on the TensorFlow backend.
+
+    A run trained on JAX has no TensorFlow model to trace; `bertkit export`
+    rebuilds the model on TensorFlow from `model/` (architecture, weights,
+    task.json), exactly as it does for any finished run.
+    """
+    environment = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+    result = subprocess.run([sys.executable, "-m", "bertkit.cli", "export", str(run_dir),
+                             "--out", str(directory)], env=environment, capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"SavedModel export in a TensorFlow process failed: {last}",
+                        source=run_dir)
+    return Path(directory)
 
 
 # A batch of one placeholder input stands in for an empty batch, whose outputs are then

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertkit.batching import inference_batches, pad_batch
+from bertkit.batching import fill_rows, inference_batches, pad_batch
+from bertkit.distribution import devices_sharing_a_batch
 from bertkit.task import Features
 
 
@@ -19,12 +20,16 @@ def predict_rows(task, model, features: Features, batch_size: int, buckets,
     outputs: dict[str, list] = {}
     lengths = features.lengths()
     done = 0
+    devices = devices_sharing_a_batch()
     for rows in inference_batches(lengths, batch_size):
-        batch = pad_batch(features, rows, buckets)
+        batch = pad_batch(features, fill_rows(rows, devices), buckets)
         inputs, _, _ = task.make_batch(batch, training=False, rng=None)
         result = model.predict_on_batch(inputs)
         if not isinstance(result, dict):
             result = {"logits": result}
+        if len(rows) < len(batch["row_index"]):  # drop the filler rows
+            batch = {name: value[:len(rows)] for name, value in batch.items()}
+            result = {name: value[:len(rows)] for name, value in result.items()}
         result = task.reduce_outputs(batch, {k: np.asarray(v) for k, v in result.items()})
         for name, values in result.items():
             values = np.asarray(values)

@@ -66,9 +66,11 @@ class TrainingConfig:
     seed: int = 42
     early_stopping_patience: int | None = _field(default=None, metadata={
         "min": 1, "help": "stop after this many epochs without a better validation metric"})
-    distribution: Literal["auto", "one_device", "mirrored"] = _field(default="auto", metadata={
-        "help": "tf.distribute strategy; 'auto' mirrors over all visible GPUs when there "
-                "are several, else one device"})
+    distribution: Literal["auto", "one_device", "data_parallel", "mirrored"] = _field(
+        default="auto", metadata={
+            "help": "data parallel over this machine's devices (JAX: keras.distribution."
+                    "DataParallel, TensorFlow: MirroredStrategy); 'auto' when there are "
+                    "several, 'data_parallel' (or 'mirrored') always; batch_size is global"})
     bucket_lengths: tuple[int, ...] | None = _field(default=None, metadata={
         "help": "padded batch lengths to choose from; null: 16, 32, 64, 128, ... "
                 "up to sequence_length"})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import shutil
 import sys
@@ -204,13 +203,13 @@ class _Trainer:
     def execute(self):
         import keras
 
+        from bertkit.distribution import data_parallel_scope
+
         policy = keras.config.dtype_policy()
         try:
             if self.training.mixed_precision:
                 keras.config.set_dtype_policy(f"mixed_{self.training.mixed_precision}")
-            with _strategy_scope(self.training.distribution,
-                                 self.training.gradient_accumulation_steps
-                                 * self.training.micro_batches):
+            with data_parallel_scope(self.training, self.recipe.source):
                 return self._train()
         finally:
             keras.config.set_dtype_policy(policy)  # a process-wide setting: leave it as found
@@ -220,6 +219,7 @@ class _Trainer:
 
         from bertkit.backbone import save_architecture
         from bertkit.batching import TrainingBatches
+        from bertkit.distribution import devices_sharing_a_batch
         from bertkit.finetuned import FineTunedModel
         from bertkit.optimization import make_optimizer
 
@@ -241,7 +241,8 @@ class _Trainer:
         with phases("build_model"):
             batches = TrainingBatches(task, data.train_features, training.batch_size, buckets,
                                       training.seed, training.batch_order,
-                                      training.micro_batches)
+                                      training.micro_batches,
+                                      row_multiple=devices_sharing_a_batch())
             model = task.build_model(data.pretrained.backbone)
             task.initialize_head(model, data.pretrained.checkpoint_tensors())
             model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
@@ -291,13 +292,19 @@ class _Trainer:
     def _export(self, finetuned) -> None:
         import keras
 
-        if keras.backend.backend() != "tensorflow":
+        from bertkit.export import export_in_tensorflow_process, tensorflow_available
+
+        on_tensorflow = keras.backend.backend() == "tensorflow"
+        if not on_tensorflow and not tensorflow_available():
             print(f"no SavedModel: export needs TensorFlow; run 'bertkit export {self.run.path} "
                   "--out DIR' where TensorFlow is installed", file=sys.stderr)
             return
         if self.run.saved_model_dir.exists():
             shutil.rmtree(self.run.saved_model_dir)  # from an interrupted export of this run
-        finetuned.export(self.run.saved_model_dir)
+        if on_tensorflow:
+            finetuned.export(self.run.saved_model_dir)
+        else:  # trained on JAX: the saved best weights, rebuilt on TensorFlow in a child
+            export_in_tensorflow_process(self.run.path, self.run.saved_model_dir)
 
     def _calibrate(self, validation, model, description: dict,
                    best_epoch: int | None) -> tuple[dict, dict]:
@@ -333,6 +340,7 @@ class _Trainer:
             TimeSteps,
             TrackRun,
         )
+        from bertkit.export import tensorflow_available
 
         if self.resuming and read_json(self.run.run_file).get("trained"):
             # Killed after training (final evaluation, export): the best weights are saved.
@@ -352,7 +360,7 @@ class _Trainer:
                            history, on_best=validation and validation.keep_latest)
         callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir),
                                                       delete_checkpoint=False)]
-        if keras.backend.backend() == "tensorflow":
+        if tensorflow_available():  # Keras writes TensorBoard logs with tf.summary, any backend
             callbacks.append(keras.callbacks.TensorBoard(
                 str(self.run.logs_dir), profile_batch=0, update_freq=log_every(len(batches))))
         if initial_epoch:
@@ -448,21 +456,3 @@ def jit_compile_setting(setting):
 
         return bool(tf.config.list_logical_devices("GPU"))
     return keras.backend.backend() == "jax"
-
-
-def _strategy_scope(kind: str, accumulation: int):
-    import keras
-
-    if keras.backend.backend() != "tensorflow":
-        return contextlib.nullcontext()
-    import tensorflow as tf
-
-    gpus = tf.config.list_logical_devices("GPU")
-    if kind == "mirrored" or (kind == "auto" and len(gpus) > 1):
-        if accumulation > 1:
-            raise UserError("Keras cannot accumulate gradients under tf.distribute; set "
-                            "training.gradient_accumulation_steps and training.micro_batches "
-                            "to 1, or distribution: one_device",
-                            key="training.gradient_accumulation_steps")
-        return tf.distribute.MirroredStrategy().scope()
-    return contextlib.nullcontext()

@@ -32,13 +32,22 @@ def finetune(recipe, **popen):
 
 
 def test_kill_9_mid_epoch_then_resume_gives_the_same_metrics(tmp_path):
+    kill_9_mid_epoch_then_resume(tmp_path)
+
+
+def test_kill_9_mid_epoch_then_resume_on_jax(tmp_path):
+    pytest.importorskip("jax", reason="the JAX backend is part of the dev install")
+    kill_9_mid_epoch_then_resume(tmp_path, env={**os.environ, "KERAS_BACKEND": "jax"})
+
+
+def kill_9_mid_epoch_then_resume(tmp_path, **popen):
     write_tiny_checkpoint(tmp_path / "ckpt")
     write_sentiment_tsv(tmp_path / "train.tsv", 600, seed=0)
     write_sentiment_tsv(tmp_path / "dev.tsv", 40, seed=1)
-    reference = finetune(write_recipe(tmp_path, "uninterrupted"))
+    reference = finetune(write_recipe(tmp_path, "uninterrupted"), **popen)
 
     interrupted_recipe = write_recipe(tmp_path, "interrupted")
-    process = finetune(interrupted_recipe)
+    process = finetune(interrupted_recipe, **popen)
     metrics = tmp_path / "interrupted" / "metrics.json"
     deadline = time.time() + 240
     while time.time() < deadline and process.poll() is None:
@@ -52,7 +61,7 @@ def test_kill_9_mid_epoch_then_resume_gives_the_same_metrics(tmp_path):
     status = json.loads((tmp_path / "interrupted" / "run.json").read_text())["status"]
     assert status == "running"
 
-    resumed = finetune(interrupted_recipe)
+    resumed = finetune(interrupted_recipe, **popen)
     assert resumed.wait(timeout=240) == 0, resumed.stderr.read()
     assert "resuming" in resumed.stderr.read()
     assert reference.wait(timeout=240) == 0

@@ -1,0 +1,80 @@
+"""Data-parallel training on one machine, on the engine the Keras backend provides.
+
+`training.distribution` picks it: `auto` spreads each batch over the local
+devices when there are several (the accelerators, else the CPU devices:
+normally one), `data_parallel` (`mirrored` is its TensorFlow name) always,
+even over one device, `one_device` never. On JAX that is
+`keras.distribution.DataParallel` (variables replicated, each batch sharded on
+its first axis, gradients reduced by XLA), on TensorFlow
+`tf.distribute.MirroredStrategy`. No collective is written here.
+
+`batch_size` stays the global batch: each of N devices gets `batch_size / N`
+rows. A batch whose row count does not divide by N (the last one of an epoch,
+a micro-batch, an inference batch) gets filler rows of weight 0, see
+`bertkit.batching`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from bertkit.errors import UserError
+
+
+def devices_sharing_a_batch() -> int:
+    """How many devices the current Keras distribution splits a batch over (1: none)."""
+    import keras
+
+    if keras.backend.backend() != "jax":
+        return 1  # tf.distribute splits uneven batches itself
+    distribution = keras.distribution.distribution()
+    if distribution is None:
+        return 1
+    mesh = distribution.device_mesh
+    return int(mesh.shape[mesh.axis_names.index(distribution.batch_dim_name)])
+
+
+def data_parallel_scope(training, source: str | None = None):
+    """The context to build and train a run's model in, for `training.distribution`.
+
+    Raises a `UserError` naming the key when the batch sizes do not divide by the
+    number of devices, or when TensorFlow would have to accumulate gradients.
+    """
+    import keras
+
+    devices = local_devices(keras.backend.backend())
+    kind = training.distribution
+    if kind == "one_device" or (kind == "auto" and len(devices) < 2):
+        return contextlib.nullcontext()
+    _check_batch_sizes(training, len(devices), source)
+    if keras.backend.backend() == "jax":
+        return keras.distribution.DataParallel(devices=devices).scope()
+    if training.gradient_accumulation_steps * training.micro_batches > 1:
+        raise UserError("Keras cannot accumulate gradients under tf.distribute; set "
+                        "training.gradient_accumulation_steps and training.micro_batches "
+                        "to 1, use distribution: one_device, or the JAX backend",
+                        source=source, key="training.gradient_accumulation_steps")
+    import tensorflow as tf
+
+    return tf.distribute.MirroredStrategy(devices=devices).scope()
+
+
+def local_devices(backend: str) -> list[str]:
+    """This machine's devices a batch can be spread over: its accelerators, else its CPU
+    devices (one, unless XLA or TensorFlow was told to show the CPU as several)."""
+    if backend == "jax":
+        import jax
+
+        return [f"{device.platform}:{device.id}" for device in jax.local_devices()]
+    import tensorflow as tf
+
+    gpus = tf.config.list_logical_devices("GPU")
+    return [device.name for device in gpus or tf.config.list_logical_devices("CPU")]
+
+
+def _check_batch_sizes(training, count: int, source) -> None:
+    for key in ("batch_size", "eval_batch_size"):
+        size = getattr(training, key)
+        if size is not None and size % count:
+            raise UserError(f"{size} rows do not split evenly over {count} devices; use a "
+                            f"multiple of {count}", source=source, key=f"training.{key}")

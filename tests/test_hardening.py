@@ -454,3 +454,26 @@ def test_a_folder_that_cannot_be_made_is_one_line_even_for_root(finished, tmp_pa
                        str(tmp_path / "new")])
     assert status == 2
     assert capsys.readouterr().err == f"bertkit: error: {tmp_path / 'new'}: Permission denied\n"
+
+
+def test_a_full_disk_is_one_line_and_leaves_the_finished_run(finished, tmp_path, monkeypatch,
+                                                             capsys):
+    import errno
+
+    from bertkit import cli, run_dir
+
+    run = finished / "run"
+    before = {path: path.read_bytes() for path in run.rglob("*.json")}
+
+    def full(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(run_dir, "write_json", full)
+    monkeypatch.chdir(finished)
+    status = cli.main(["finetune", str(write_recipe(finished)), "--output",
+                       str(tmp_path / "new")])
+    assert status == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"bertkit: error: {tmp_path / 'new'}")
+    assert error.endswith(": No space left on device\n") and error.count("\n") == 1
+    assert {path: path.read_bytes() for path in run.rglob("*.json")} == before

@@ -58,6 +58,20 @@ def run(tmp_path_factory):
     return tmp, bertkit.load(tmp / "run")
 
 
+
+def test_report_has_per_type_scores_and_the_wrong_entities(run):
+    tmp, _ = run
+    report = (tmp / "run" / "report.md").read_text()
+    metrics = json.loads((tmp / "run" / "metrics.json").read_text())["final"]["validation"]
+    assert "## Per entity type" in report and "## Most common confusions" in report
+    for name, scores in metrics["per_type"].items():  # one row per type, from the final metrics
+        assert f"| {name} |" in report and f"{scores['f1']:.4f}" in report
+    wrong = (tmp / "run" / "wrong_entities.txt").read_text()
+    sentences_with_errors = wrong.count("  errors:    ")
+    assert f"{sentences_with_errors} of 40 sentences have a wrong entity" in report
+    if sentences_with_errors:
+        assert "  gold:      [" in wrong or "  predicted: [" in wrong
+
 def long_words(count: int) -> list[str]:
     rng, words = random.Random(7), []
     while len(words) < count:

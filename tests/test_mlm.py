@@ -14,7 +14,12 @@ from bertkit.batching import pad_batch
 from bertkit.errors import UserError
 from bertkit.inference import predict_examples
 from bertkit.task import Features
-from bertkit.testing import tiny_vocabulary, write_sentiment_tsv, write_tiny_checkpoint
+from bertkit.testing import (
+    run_task_contract_test,
+    tiny_vocabulary,
+    write_sentiment_tsv,
+    write_tiny_checkpoint,
+)
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit_tasks.mlm import CorpusData, MaskedLMOptions, MaskedLMTask
 
@@ -119,6 +124,23 @@ def test_fill_mask_predictions_and_savedmodel_in_a_fresh_process(trained):
                                        atol=1e-5)
     assert served["tokens"][0][1] == [""] * 5  # padding slot
 
+
+
+def test_passes_the_contract_test(tmp_path):
+    def same_fill_mask(predictions, served):
+        assert served["num_masks"] == [len(p["masks"]) for p in predictions]
+        for row, prediction in enumerate(predictions):
+            for slot, top in enumerate(prediction["masks"]):
+                assert served["tokens"][row][slot] == [t["token"] for t in top]
+                np.testing.assert_allclose(served["scores"][row][slot],
+                                           [t["score"] for t in top], atol=1e-4)
+
+    queries = ["John visited [MASK].", "the [MASK] was very [MASK] ."]
+    run_task_contract_test(
+        "mlm", write_corpus(tmp_path / "corpus.txt", 24), directory=tmp_path,
+        data={"validation": str(write_corpus(tmp_path / "valid.txt", 4))},
+        inputs=queries, serving_inputs={"text": queries}, compare=same_fill_mask,
+        bad_input="no mask in this text")
 
 def test_adapted_backbone_preset_serves_another_task(trained, tmp_path):
     root, _, _, _ = trained

@@ -12,7 +12,13 @@ import tensorflow as tf
 
 import bertkit
 from bertkit.recipe import load_recipe
-from bertkit.testing import FILLER, POSITIVE, tiny_vocabulary, write_tiny_checkpoint
+from bertkit.testing import (
+    FILLER,
+    POSITIVE,
+    run_task_contract_test,
+    tiny_vocabulary,
+    write_tiny_checkpoint,
+)
 from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.windows import batch_sliding_windows, sliding_windows
 from bertkit_tasks.span_qa import SpanQAOptions, SpanQATask
@@ -152,6 +158,18 @@ def run(tmp_path_factory):
     bertkit.finetune(recipe, output_dir=folder / "run", verbose=0)
     return folder
 
+
+
+def test_passes_the_contract_test(tmp_path):
+    train = write_lines(tmp_path / "train.jsonl", qa_lines(48, seed=3))
+    contexts = [line["context"] for line in qa_lines(2, seed=4)]
+    run_task_contract_test(
+        "span_qa", train, directory=tmp_path, sequence_length=SEQUENCE_LENGTH,
+        task_options={"version": "2.0", "max_query_length": 8, "doc_stride": 8},
+        training={"bucket_lengths": [SEQUENCE_LENGTH]},
+        inputs=[{"question": QUESTION, "context": context} for context in contexts],
+        serving_inputs={"question": [QUESTION] * 2, "context": contexts},
+        bad_input={"question": QUESTION})
 
 def test_learns_answers_and_no_answers(run):
     metrics = json.loads((run / "run" / "metrics.json").read_text())

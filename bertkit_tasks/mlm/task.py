@@ -190,12 +190,13 @@ class MaskedLMTask(Task):
                         example_index=np.arange(len(queries)))
 
     def make_batch(self, batch, training, rng):
+        if is_fill_mask(batch):  # queries: their own masks, nothing to learn
+            return {key: batch[key] for key in ("token_ids", "segment_ids", "padding_mask",
+                                                 "mask_positions")}, None, None
         masked = self._mask(batch["token_ids"], batch["padding_mask"], rng) if training else batch
         inputs = {"token_ids": masked["token_ids"], "segment_ids": batch["segment_ids"],
                   "padding_mask": batch["padding_mask"],
                   "mask_positions": masked["mask_positions"]}
-        if "mask_ids" not in masked:  # fill-mask queries: nothing to learn
-            return inputs, None, None
         # Weight 0 on unused prediction slots (target -1): training normalizes the
         # weights, so the loss is the mean over masked tokens however a batch is split.
         targets = {"mlm": np.maximum(masked["mask_ids"], 0)}
@@ -257,7 +258,7 @@ class MaskedLMTask(Task):
     # ---- outputs
     def reduce_outputs(self, batch, outputs):
         """Per-row scores or top-k tokens: (rows, slots, vocabulary) logits are never kept."""
-        if "mask_ids" not in batch:  # fill-mask queries; slots past num_masks are cut in decode
+        if is_fill_mask(batch):  # slots past num_masks are cut in decode
             ids, probabilities = top_predictions(outputs["mlm"], self.options.top_k)
             return {"top_ids": ids, "top_probabilities": probabilities}  # (batch, masks, top_k)
         reduced = masked_lm_scores(outputs["mlm"], batch["mask_ids"])  # (batch,) each
@@ -266,7 +267,7 @@ class MaskedLMTask(Task):
         return reduced
 
     def decode(self, examples, features, outputs):
-        if "top_ids" in outputs:
+        if is_fill_mask(features.columns):
             return [self._fill_mask(ids[:count], probabilities[:count]) for ids, probabilities,
                     count in zip(outputs["top_ids"], outputs["top_probabilities"],
                                  features.columns["num_masks"], strict=True)]
@@ -326,3 +327,9 @@ class MaskedLMTask(Task):
         tokens = tf.gather(tf.constant(self.tokenizer.vocabulary), ids)
         return {"tokens": tf.where(used, tokens, ""), "scores": tf.where(used, scores, 0.0),
                 "num_masks": tf.cast(positions.row_lengths(), tf.int32)}
+
+
+def is_fill_mask(columns) -> bool:
+    """The one rule for the task's two modes: rows of fill-mask queries (featurized from
+    `FillMaskQuery` inputs) carry `num_masks`; corpus instances never do."""
+    return "num_masks" in columns

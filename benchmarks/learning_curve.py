@@ -150,25 +150,29 @@ def report(records: list) -> None:
             seeds = {r["seed"] for r in ours}
             theirs = [r for r in groups.get((task, key[1], "-"), {}).get(REFERENCE_NAME, [])
                       if r["seed"] in seeds]
-            score = "test" if task == "ner" else None
-
-            def final_scores(runs, field=score):
-                return [r[field] if field else r["dev_by_epoch"][-1] for r in runs]
-
-            def per_epoch(runs):
-                if not runs:
-                    return "-"
-                epochs = zip(*(r["dev_by_epoch"] for r in runs), strict=False)
-                return " ".join(f"{100 * statistics.mean(e):.1f}" for e in epochs)
-
-            a, b = final_scores(ours), final_scores(theirs)
+            field = "test" if task == "ner" else None
+            a, b = final_scores(ours, field), final_scores(theirs, field)
             diff = (f"{100 * (statistics.mean(a) - statistics.mean(b)):+.2f}"
                     if a and b else "-")
             same = ""
             if task == "ner" and theirs:
                 same = f"  {mean_sd(final_scores(theirs, 'test_constrained'))}"
-            print(f"{key[1]:>5} {key[2]:16} {len(ours):>5} {per_epoch(ours):>20} "
-                  f"{per_epoch(theirs):>23} {mean_sd(a):>22} {mean_sd(b):>15} {diff:>6}{same}")
+            print(f"{key[1]:>5} {key[2]:16} {len(ours):>5} {per_epoch_means(ours):>20} "
+                  f"{per_epoch_means(theirs):>23} {mean_sd(a):>22} {mean_sd(b):>15} "
+                  f"{diff:>6}{same}")
+
+
+def final_scores(runs: list, field: str | None) -> list:
+    """Each run's `field` (NER: "test"), or its last epoch's dev score."""
+    return [run[field] if field else run["dev_by_epoch"][-1] for run in runs]
+
+
+def per_epoch_means(runs: list) -> str:
+    """The dev score after each epoch, averaged over runs, x 100."""
+    if not runs:
+        return "-"
+    epochs = zip(*(run["dev_by_epoch"] for run in runs), strict=False)
+    return " ".join(f"{100 * statistics.mean(scores):.1f}" for scores in epochs)
 
 
 def main():

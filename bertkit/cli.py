@@ -130,6 +130,24 @@ def _parser() -> argparse.ArgumentParser:
                           "done) instead of stdout")
     sub.add_argument("--overwrite", action="store_true", help="replace an existing --output")
 
+    sub = command("tune", _tune, "hyperparameter search over a recipe's search: section")
+    sub.add_argument("recipe")
+    _add_set(sub)
+    sub.add_argument("--trials", type=_positive, metavar="N",
+                     help="finished trials to reach (default: search.trials)")
+    sub.add_argument("--timeout", type=float, metavar="SECONDS",
+                     help="start no trial after this many seconds (default: search.timeout)")
+    sub.add_argument("--storage", metavar="URL",
+                     help="Optuna RDB storage shared by workers, e.g. postgresql://host/db "
+                          "(default: sqlite:///STUDY_FOLDER/study.db)")
+    sub.add_argument("--study", metavar="NAME", help="study name (default: output_dir's name)")
+    sub.add_argument("--output", metavar="DIR", help="study folder (default: <output_dir>.study)")
+    sub.add_argument("--heartbeat", type=_positive, default=60, metavar="SECONDS",
+                     help="how often a worker marks its trial alive; a trial silent for twice "
+                          "as long is failed and run again (default: 60)")
+    sub.add_argument("--report", action="store_true",
+                     help="only write the study's report (report.md and plots)")
+
     sub = command("export", _export, "export a raw-text TensorFlow SavedModel")
     sub.add_argument("run_dir")
     sub.add_argument("--out", metavar="DIR", required=True)
@@ -335,6 +353,21 @@ def _read_inputs(path: str) -> list:
             value = line
         inputs.append(value if line.strip() else None)  # None: an "empty input" error
     return inputs
+
+
+def _tune(args):
+    from bertkit import tuning
+
+    place = {"storage": args.storage, "study_name": args.study, "output_dir": args.output,
+             "overrides": args.overrides}
+    if args.report:
+        tuning.report(args.recipe, **place)
+        return
+    tuning.require_optuna()  # a missing extra and a bad recipe answer before TensorFlow loads
+    tuning.load_search_recipe(args.recipe, args.overrides)
+    _import_tensorflow_quietly()
+    tuning.tune(args.recipe, trials=args.trials, timeout=args.timeout,
+                heartbeat_seconds=args.heartbeat, **place)
 
 
 def _export(args):

@@ -28,6 +28,8 @@ import yaml
 from bertkit import schema
 from bertkit.errors import UserError
 from bertkit.registry import load_task, task_names
+from bertkit.search_space import SearchSpace, parse_search
+from bertkit.search_space import json_schema as search_json_schema
 from bertkit.yaml_source import load_yaml, parse_scalar
 
 SCHEMA_VERSION = 1
@@ -95,6 +97,7 @@ class Recipe:
     training: TrainingConfig
     output_dir: str
     source: str = "<recipe>"
+    search: SearchSpace | None = None  # the `search:` section, for `bertkit tune`
 
     def to_dict(self) -> dict:
         """The fully resolved recipe, as written into the run directory."""
@@ -105,6 +108,7 @@ class Recipe:
             "data": schema.to_plain(self.data),
             "training": schema.to_plain(self.training),
             "output_dir": self.output_dir,
+            **({"search": self.search.to_plain()} if self.search else {}),
         }
 
     def to_yaml(self) -> str:
@@ -114,7 +118,7 @@ class Recipe:
         return load_task(self.task)
 
 
-_SECTIONS = ("schema", "task", "backbone", "data", "training", "output_dir")
+_SECTIONS = ("schema", "task", "backbone", "data", "training", "output_dir", "search")
 
 
 def load_recipe(recipe, overrides: list[str] | None = None, **sections) -> Recipe:
@@ -210,6 +214,11 @@ def _build_recipe(raw: dict, file_origin, override_origin, touched: set,
     backbone = _resolve_preset(backbone, origin.base_dir_for(("backbone", "preset")))
     training = schema.build(TrainingConfig, raw.get("training") or {}, origin, ("training",))
     _check_micro_batches(training, origin)
+    search = None
+    if raw.get("search") is not None:
+        search = parse_search(raw["search"], origin, {"training": TrainingConfig,
+                                                      "task": task_class.Options,
+                                                      "backbone": BackboneConfig})
     return Recipe(
         schema=SCHEMA_VERSION,
         task=task_name,
@@ -219,6 +228,7 @@ def _build_recipe(raw: dict, file_origin, override_origin, touched: set,
         training=training,
         output_dir=_output_dir(raw, origin, default_output),
         source=file_origin.source,
+        search=search,
     )
 
 
@@ -322,5 +332,6 @@ def recipe_json_schema() -> dict:
             "data": {"anyOf": data_variants},
             "training": schema.json_schema(TrainingConfig),
             "output_dir": {"type": "string"},
+            "search": search_json_schema(),
         },
     }

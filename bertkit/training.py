@@ -15,7 +15,7 @@ from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json, write_js
 
 
 def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None,
-             features=None, verbose: int | None = None, **sections):
+             features=None, verbose: int | None = None, callbacks=None, **sections):
     """Fine-tunes the model a recipe describes; returns the `FineTunedModel`.
 
     Args:
@@ -26,6 +26,10 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         features: a file written by `featurize` for this recipe: train from it without
             reading or tokenizing the data (and without TensorFlow, e.g. on JAX).
         verbose: Keras progress output (default: a bar on a terminal, else a line per epoch).
+        callbacks: more Keras callbacks for `fit`, run after bertkit's own: at the end of
+            an epoch its validation metrics are in `logs` (`val_<metric>`) and in
+            `metrics.json`. One that sets `model.stop_training` ends training there, and
+            the run finishes with the best epoch so far (`bertkit tune` prunes this way).
         **sections: recipe sections to merge, e.g. `training={"epochs": 1}`.
 
     An interrupted run (Ctrl-C, kill) resumes from its last finished epoch when
@@ -52,7 +56,8 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         with phases("recipe"):
             resuming = run.prepare(recipe.to_yaml(), overwrite)
         try:
-            finetuned = _Trainer(recipe, run, resuming, verbose, features, phases).execute()
+            finetuned = _Trainer(recipe, run, resuming, verbose, features, phases,
+                                 callbacks).execute()
         except UserError:
             if run.replaced_dir.is_dir():
                 run.restore_replaced()  # the run --overwrite was to replace comes back
@@ -192,8 +197,9 @@ class _Trainer:
     """
 
     def __init__(self, recipe: Recipe, run: RunDirectory, resuming: bool, verbose, features,
-                 phases):
+                 phases, callbacks=None):
         self.phases = phases
+        self.extra_callbacks = list(callbacks or ())
         self.recipe, self.run, self.resuming = recipe, run, resuming
         self.training = recipe.training
         self.features_file = features
@@ -360,6 +366,7 @@ class _Trainer:
                            history, on_best=validation and validation.keep_latest)
         callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir),
                                                       delete_checkpoint=False)]
+        callbacks += self.extra_callbacks  # after Evaluate and TrackRun: the epoch is recorded
         if tensorflow_available():  # Keras writes TensorBoard logs with tf.summary, any backend
             callbacks.append(keras.callbacks.TensorBoard(
                 str(self.run.logs_dir), profile_batch=0, update_freq=log_every(len(batches))))

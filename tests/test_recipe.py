@@ -97,7 +97,7 @@ def test_python_tag_is_never_executed(tmp_path):
 def test_json_schema_covers_sections_and_tasks():
     schema = recipe_json_schema()
     assert set(schema["properties"]) == {"schema", "task", "backbone", "data", "training",
-                                         "output_dir"}
+                                         "output_dir", "search"}
     assert {"const": "classification"} in schema["properties"]["task"]["anyOf"]
     training = schema["properties"]["training"]["properties"]
     assert training["epochs"] == {"type": "integer", "minimum": 1, "maximum": 10_000,

@@ -1,0 +1,310 @@
+"""`tune`: a hyperparameter search over a recipe's `search:` section, with Optuna.
+
+Each trial is an ordinary `finetune` run of the recipe with the trial's values set
+as `--set` would set them, in `<study folder>/trial-NNNN/`. The objective is the
+task's `monitor` metric on the validation split (maximized or minimized by its
+`mode`); every epoch's value is reported to Optuna, whose pruner may stop a trial
+that falls behind. The study lives in an Optuna storage: SQLite in the study folder
+by default, or any RDB URL (PostgreSQL) shared by workers on several machines.
+Workers send heartbeats, so a trial whose worker was killed is failed once its
+heartbeat is stale and run again by the next worker.
+
+Layout of the study folder (default `<output_dir>.study/`)::
+
+    study.db                      the Optuna storage (unless --storage names another)
+    trial-0000/ ... trial-NNNN/   one run directory per trial; run.json says if pruned
+    best -> trial-NNNN            the best trial so far (its saved_model/ is the one to ship)
+    report.md, optimization_history.png, param_importances.png
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+import warnings
+from pathlib import Path
+
+from bertkit.errors import UserError
+from bertkit.recipe import Recipe, check_inputs, load_recipe
+from bertkit.run_dir import FINISHED, RunDirectory, read_json
+
+INSTALL_HINT = 'hyperparameter search needs Optuna: pip install "bertkit[tune]"'
+_FINISHED_STATES = ("COMPLETE", "PRUNED")
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyPlace:
+    """Where a recipe's study lives: its folder, Optuna storage URL and study name."""
+
+    folder: Path
+    storage: str
+    name: str
+
+    @classmethod
+    def of(cls, recipe: Recipe, output_dir=None, storage=None, study_name=None) -> StudyPlace:
+        folder = Path(output_dir or f"{recipe.output_dir}.study").resolve()
+        storage = storage or f"sqlite:///{folder / 'study.db'}"
+        name = study_name or Path(recipe.output_dir).name
+        return cls(folder, storage, name)
+
+
+def tune(recipe, *, trials: int | None = None, timeout: float | None = None,
+         storage: str | None = None, study_name: str | None = None, output_dir=None,
+         overrides=None, heartbeat_seconds: int = 60, verbose: int | None = None):
+    """Runs a hyperparameter search over the recipe's `search:` section; returns the study.
+
+    Runs trials until the study has `trials` finished (complete or pruned) trials, or
+    `timeout` seconds have passed; then writes the report. Any number of processes may
+    call it on one storage: together they finish the requested number. Interrupted (a
+    kill -9 included), call it again: the killed trial is failed once its heartbeat is
+    older than twice `heartbeat_seconds`, and run again.
+
+    Args:
+        recipe: a recipe file path or mapping with a `search:` section.
+        trials: finished trials to reach (default: `search.trials`).
+        timeout: seconds after which no new trial starts (default: `search.timeout`).
+        storage: an Optuna RDB URL (default: SQLite in the study folder).
+        study_name: default: the name of the recipe's `output_dir`.
+        output_dir: the study folder (default: `<output_dir>.study`).
+        overrides: `--set`-style strings applied to every trial's recipe.
+        heartbeat_seconds: how often a worker tells the storage its trial is alive.
+        verbose: Keras progress output of each trial (see `finetune`).
+
+    Example (a tiny random backbone and generated data, a few seconds a trial):
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> _ = write_tiny_checkpoint(folder / "tiny")
+        >>> _ = write_sentiment_tsv(folder / "train.tsv", 64)
+        >>> _ = write_sentiment_tsv(folder / "dev.tsv", 16, seed=1)
+        >>> study = tune({"schema": 1, "task": "classification",
+        ...     "backbone": {"preset": str(folder / "tiny"), "sequence_length": 32},
+        ...     "data": {"train": str(folder / "train.tsv"), "text": "sentence",
+        ...              "validation": str(folder / "dev.tsv")},
+        ...     "training": {"epochs": 1, "batch_size": 16},
+        ...     "output_dir": str(folder / "run"),
+        ...     "search": {"trials": 2, "training.learning_rate": [1e-4, 1e-3]}},
+        ...     verbose=0)  # doctest: +ELLIPSIS
+        trial 0: ...
+        >>> len(study.trials), sorted(p.name for p in (folder / "run.study").glob("trial-*"))
+        (2, ['trial-0000', 'trial-0001'])
+    """
+    optuna = require_optuna()
+    base = load_search_recipe(recipe, overrides)
+    check_inputs(base)  # a missing file fails once here, not in every trial
+    place = StudyPlace.of(base, output_dir, storage, study_name)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # a line per trial is printed here
+    study = open_study(place, base, heartbeat_seconds, create=True)
+    objective = Objective(recipe, list(overrides or []), base, place.folder, verbose)
+    target = trials or base.search.options.trials
+    deadline = timeout or base.search.options.timeout
+    deadline = deadline and time.monotonic() + deadline
+    run_trials(study, objective, target, deadline, poll_seconds=min(heartbeat_seconds, 10))
+    write_study_report(study, place.folder)
+    return study
+
+
+def report(recipe, *, storage=None, study_name=None, output_dir=None, overrides=None):
+    """Writes the report of a recipe's study (`bertkit tune --report`); returns its path."""
+    require_optuna()
+    base = load_search_recipe(recipe, overrides)
+    place = StudyPlace.of(base, output_dir, storage, study_name)
+    return write_study_report(open_study(place, base, None, create=False), place.folder)
+
+
+def require_optuna():
+    try:
+        import optuna
+    except ImportError:
+        raise UserError(INSTALL_HINT) from None
+    return optuna
+
+
+def load_search_recipe(recipe, overrides=None) -> Recipe:
+    base = recipe if isinstance(recipe, Recipe) else load_recipe(recipe, overrides)
+    if base.search is None:
+        raise UserError("has no 'search' section; add one, e.g. 'search: {trials: 8, "
+                        "training.learning_rate: {low: 1.0e-5, high: 1.0e-4, log: true}}'",
+                        source=base.source)
+    return base
+
+
+def open_study(place: StudyPlace, base: Recipe, heartbeat_seconds: int | None, *,
+               create: bool):
+    """The Optuna study in `place`, created when `create` (direction: the task's `mode`)."""
+    import optuna
+
+    storage = _storage(place, heartbeat_seconds, create)
+    if not create:
+        try:
+            return optuna.load_study(study_name=place.name, storage=storage)
+        except KeyError:
+            raise UserError(f"no study '{place.name}' in {place.storage}; run "
+                            "'bertkit tune' first", source=base.source) from None
+    options = base.search.options
+    study = optuna.create_study(
+        storage=storage, study_name=place.name, load_if_exists=True,
+        direction="maximize" if base.task_class().mode == "max" else "minimize",
+        sampler=_sampler(options), pruner=_pruner(options))
+    study.set_user_attr("monitor", base.task_class().monitor)
+    return study
+
+
+def _storage(place: StudyPlace, heartbeat_seconds: int | None, create: bool):
+    """Optuna's RDB storage, with heartbeats and a retry of trials failed by a stale one."""
+    import optuna
+    import sqlalchemy.exc
+
+    engine_kwargs = {}
+    if place.storage.startswith("sqlite:"):
+        if create:
+            place.folder.mkdir(parents=True, exist_ok=True)
+        elif not place.folder.joinpath("study.db").exists():
+            raise UserError("no study here; run 'bertkit tune' first", source=place.folder)
+        # Several workers write one SQLite file: wait for its lock rather than fail at once.
+        engine_kwargs = {"connect_args": {"timeout": 60}}
+    try:
+        with quiet_experimental_warnings():  # heartbeats are "experimental" since Optuna 2.9
+            heartbeat = {} if heartbeat_seconds is None else {
+                "heartbeat_interval": heartbeat_seconds, "grace_period": 2 * heartbeat_seconds,
+                "heartbeat_stale_trial_callback":
+                    optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)}
+            return optuna.storages.RDBStorage(place.storage, engine_kwargs=engine_kwargs,
+                                              **heartbeat)
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(f"cannot open the storage: {reason}", source=place.storage) from None
+
+
+@contextlib.contextmanager
+def quiet_experimental_warnings():
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        yield
+
+
+def _sampler(options):
+    import optuna
+
+    if options.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=options.seed)
+    return optuna.samplers.TPESampler(seed=options.seed)
+
+
+def _pruner(options):
+    import optuna
+
+    if options.pruner == "none":
+        return optuna.pruners.NopPruner()
+    if options.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=options.pruner_startup_trials,
+                                       n_warmup_steps=options.pruner_warmup_epochs)
+
+
+def run_trials(study, objective, target: int, deadline: float | None,
+               poll_seconds: float = 10) -> None:
+    """Runs trials until `target` are finished; the loop of one worker among any number.
+
+    Trials running elsewhere count as started: a worker waits for the last ones rather
+    than overshoot, and if one of them belongs to a killed worker, its heartbeat goes
+    stale, Optuna fails it and this worker runs it again.
+    """
+    import optuna
+
+    failures_in_a_row, waiting_said = 0, False
+    while True:
+        with quiet_experimental_warnings():
+            optuna.storages.fail_stale_trials(study)
+        finished, running = count_trials(study)
+        if finished >= target or (deadline and time.monotonic() >= deadline):
+            return
+        if finished + running >= target:
+            if not waiting_said:
+                print(f"{finished} of {target} trials finished; waiting for the {running} "
+                      "running (in other workers, or in a killed one until its heartbeat "
+                      "is stale)", flush=True)
+                waiting_said = True
+            time.sleep(poll_seconds)
+            continue
+        study.optimize(objective, n_trials=1, catch=(UserError,))
+        failures_in_a_row = failures_in_a_row + 1 if objective.last_error else 0
+        if failures_in_a_row >= 3:
+            raise UserError(f"3 trials in a row failed; the last: {objective.last_error}")
+
+
+def count_trials(study) -> tuple[int, int]:
+    """(finished, running) trials of a study: finished are complete or pruned."""
+    states = [trial.state.name for trial in study.get_trials(deepcopy=False)]
+    return sum(s in _FINISHED_STATES for s in states), states.count("RUNNING")
+
+
+class Objective:
+    """One trial: the recipe with the trial's values, fine-tuned into `trial-NNNN/`.
+
+    Returns the final validation value of the task's monitored metric (the best
+    epoch's, as `finetune` keeps it). A pruned trial is a finished run too (its best
+    epoch so far, exported); its `run.json` says `"pruned_after_epoch": N`.
+    """
+
+    def __init__(self, recipe, overrides: list, base: Recipe, folder: Path, verbose):
+        self.recipe, self.overrides, self.space = recipe, overrides, base.search
+        self.folder, self.verbose = folder, verbose
+        self.monitor = base.task_class().monitor
+        self.last_error = None
+
+    def __call__(self, trial):
+        import optuna
+
+        from bertkit.training import finetune
+        from bertkit.callbacks import ReportToTrial
+
+        self.last_error = None
+        values = self.space.suggest(trial)
+        run = RunDirectory(self.folder / f"trial-{trial.number:04d}")
+        trial.set_user_attr("run_dir", str(run.path))
+        trial.set_user_attr("host", os.uname().nodename)
+        print(f"trial {trial.number}: {_shown(values)}", flush=True)
+        recipe = load_recipe(self.recipe, [*self.overrides, *self.space.overrides(values)])
+        reporter = ReportToTrial(trial, f"val_{self.monitor}")
+        try:
+            finetune(dataclasses.replace(recipe, search=None), output_dir=run.path,
+                     callbacks=[reporter], verbose=self.verbose)
+        except UserError as error:
+            self.last_error = error
+            trial.set_user_attr("error", str(error))
+            print(f"trial {trial.number} failed: {error}", flush=True)
+            raise
+        value = self._final_value(run)
+        if reporter.pruned_after is not None:
+            run.set_status(FINISHED, pruned_after_epoch=reporter.pruned_after)
+            print(f"trial {trial.number} pruned after epoch {reporter.pruned_after}: "
+                  f"{self.monitor} {value:.4f}", flush=True)
+            raise optuna.TrialPruned(f"pruned after epoch {reporter.pruned_after}")
+        print(f"trial {trial.number}: {self.monitor} {value:.4f}", flush=True)
+        return value
+
+    def _final_value(self, run: RunDirectory) -> float:
+        final = read_json(run.metrics_file).get("final", {})
+        if self.monitor not in final.get("validation", {}):
+            raise UserError("hyperparameter search needs a validation split "
+                            "(data.validation)", key="data.validation")
+        return float(final["validation"][self.monitor])
+
+
+def _shown(values: dict) -> str:
+    return ", ".join(f"{key.split('.')[-1]}={value:.3g}" if isinstance(value, float)
+                     else f"{key.split('.')[-1]}={value}" for key, value in values.items())
+
+
+def write_study_report(study, folder: Path) -> Path:
+    from bertkit.tune_report import write_tune_report
+
+    path = write_tune_report(study, folder)
+    print(f"study report written to {path}")
+    return path

@@ -23,7 +23,7 @@ from bertkit.task import DataFiles, Features, NoOptions, Task, string_inputs  # 
 
 __version__ = "0.1.0"
 __all__ = ["DataFiles", "Features", "NoOptions", "Recipe", "Task", "UserError", "finetune",
-           "load", "load_recipe", "string_inputs"]
+           "load", "load_recipe", "string_inputs", "tune"]
 
 
 def finetune(recipe, **kwargs):
@@ -31,6 +31,13 @@ def finetune(recipe, **kwargs):
     from bertkit.training import finetune as _finetune
 
     return _finetune(recipe, **kwargs)
+
+
+def tune(recipe, **kwargs):
+    """Hyperparameter search over a recipe's `search:` section; see `bertkit.tuning.tune`."""
+    from bertkit.tuning import tune as _tune
+
+    return _tune(recipe, **kwargs)
 
 
 def load(run_dir):

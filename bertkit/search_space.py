@@ -163,8 +163,8 @@ def _target(key: str, origin, sections: dict[str, type]):
                            f"{', '.join(sections)}", path)
     fields = {f.name: f for f in dataclasses.fields(sections[section]) if f.init}
     if name not in fields:
-        message = schema._unknown_key_message(name, fields)
-        raise origin.error(message.replace(f"'{name}'", f"'{key}'", 1), path)
+        keys = [f"{section}.{field}" for field in fields]
+        raise origin.error(schema._unknown_key_message(key, dict.fromkeys(keys)), path)
     return typing.get_type_hints(sections[section])[name], fields[name]
 
 

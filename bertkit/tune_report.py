@@ -77,7 +77,7 @@ def _trials_table(trials, monitor: str, best) -> str:
         is_best = best is not None and trial.number == best.number
         state = trial.state.name.lower() + (" (best)" if is_best else "")
         epochs = trial.last_step if trial.intermediate_values else None
-        minutes = trial.duration.total_seconds() / 60 if trial.duration else None
+        minutes = f"{trial.duration.total_seconds() / 60:.1f}" if trial.duration else None
         rows.append([trial.number, state, *(_value(trial.params.get(key)) for key in keys),
                      trial.value, epochs, minutes,
                      Path(trial.user_attrs.get("run_dir", "")).name or None])
@@ -102,6 +102,8 @@ def _plots(study, folder: Path) -> str:
     lines = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # e.g. "parameter importances will be equal" when every trial scored alike
+        warnings.simplefilter("ignore", UserWarning)
         for name, plot, title in ((HISTORY_PNG, plots.plot_optimization_history,
                                    "optimization history"),
                                   (IMPORTANCES_PNG, plots.plot_param_importances,

@@ -86,11 +86,13 @@ def tune(recipe, *, trials: int | None = None, timeout: float | None = None,
         ...              "validation": str(folder / "dev.tsv")},
         ...     "training": {"epochs": 1, "batch_size": 16},
         ...     "output_dir": str(folder / "run"),
-        ...     "search": {"trials": 2, "training.learning_rate": [1e-4, 1e-3]}},
+        ...     "search": {"trials": 1, "training.learning_rate": [1e-4, 1e-3]}},
         ...     verbose=0)  # doctest: +ELLIPSIS
-        trial 0: ...
-        >>> len(study.trials), sorted(p.name for p in (folder / "run.study").glob("trial-*"))
-        (2, ['trial-0000', 'trial-0001'])
+        trial 0: learning_rate=...
+        >>> [(t.number, t.state.name) for t in study.trials], study.best_trial.params.keys()
+        ([(0, 'COMPLETE')], dict_keys(['training.learning_rate']))
+        >>> sorted(p.name for p in (folder / "run.study").iterdir() if p.suffix != ".png")
+        ['best', 'report.md', 'study.db', 'trial-0000']
     """
     optuna = require_optuna()
     base = load_search_recipe(recipe, overrides)
@@ -261,14 +263,14 @@ class Objective:
     def __call__(self, trial):
         import optuna
 
-        from bertkit.training import finetune
         from bertkit.callbacks import ReportToTrial
+        from bertkit.training import finetune
 
         self.last_error = None
         values = self.space.suggest(trial)
         run = RunDirectory(self.folder / f"trial-{trial.number:04d}")
         trial.set_user_attr("run_dir", str(run.path))
-        trial.set_user_attr("host", os.uname().nodename)
+        trial.set_user_attr("worker", f"{os.uname().nodename}:{os.getpid()}")
         print(f"trial {trial.number}: {_shown(values)}", flush=True)
         recipe = load_recipe(self.recipe, [*self.overrides, *self.space.overrides(values)])
         reporter = ReportToTrial(trial, f"val_{self.monitor}")

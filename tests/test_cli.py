@@ -32,7 +32,7 @@ def test_user_errors_exit_2_with_one_line(tmp_path, args, message):
 
 def test_help_on_every_command():
     for command in ("finetune", "featurize", "check", "schema", "tasks", "evaluate", "predict",
-                    "export"):
+                    "export", "tune"):
         result = bertkit(command, "--help")
         assert result.returncode == 0 and "usage: bertkit " + command in result.stdout
 

@@ -126,7 +126,7 @@ def require_optuna():
 
 
 def load_search_recipe(recipe, overrides=None) -> Recipe:
-    base = recipe if isinstance(recipe, Recipe) else load_recipe(recipe, overrides)
+    base = load_recipe(recipe, overrides)
     if base.search is None:
         raise UserError("has no 'search' section; add one, e.g. 'search: {trials: 8, "
                         "training.learning_rate: {low: 1.0e-5, high: 1.0e-4, log: true}}'",
@@ -263,33 +263,38 @@ class Objective:
     def __call__(self, trial):
         import optuna
 
-        from bertkit.callbacks import ReportToTrial
-        from bertkit.training import finetune
-
         self.last_error = None
         values = self.space.suggest(trial)
         run = RunDirectory(self.folder / f"trial-{trial.number:04d}")
         trial.set_user_attr("run_dir", str(run.path))
         trial.set_user_attr("worker", f"{os.uname().nodename}:{os.getpid()}")
         print(f"trial {trial.number}: {_shown(values)}", flush=True)
+        pruned_after = self._finetune(trial, values, run)
+        value = self._final_value(run)
+        if pruned_after is not None:
+            run.set_status(FINISHED, pruned_after_epoch=pruned_after)
+            print(f"trial {trial.number} pruned after epoch {pruned_after}: "
+                  f"{self.monitor} {value:.4f}", flush=True)
+            raise optuna.TrialPruned(f"pruned after epoch {pruned_after}")
+        print(f"trial {trial.number}: {self.monitor} {value:.4f}", flush=True)
+        return value
+
+    def _finetune(self, trial, values: dict, run: RunDirectory) -> int | None:
+        """Fine-tunes the trial's recipe; the epoch after which it was pruned, if it was."""
+        from bertkit.callbacks import ReportToTrial
+        from bertkit.training import finetune
+
         recipe = load_recipe(self.recipe, [*self.overrides, *self.space.overrides(values)])
         reporter = ReportToTrial(trial, f"val_{self.monitor}")
         try:
             finetune(dataclasses.replace(recipe, search=None), output_dir=run.path,
                      callbacks=[reporter], verbose=self.verbose)
-        except UserError as error:
+        except UserError as error:  # e.g. a learning rate at which training diverged
             self.last_error = error
             trial.set_user_attr("error", str(error))
             print(f"trial {trial.number} failed: {error}", flush=True)
             raise
-        value = self._final_value(run)
-        if reporter.pruned_after is not None:
-            run.set_status(FINISHED, pruned_after_epoch=reporter.pruned_after)
-            print(f"trial {trial.number} pruned after epoch {reporter.pruned_after}: "
-                  f"{self.monitor} {value:.4f}", flush=True)
-            raise optuna.TrialPruned(f"pruned after epoch {reporter.pruned_after}")
-        print(f"trial {trial.number}: {self.monitor} {value:.4f}", flush=True)
-        return value
+        return reporter.pruned_after
 
     def _final_value(self, run: RunDirectory) -> float:
         final = read_json(run.metrics_file).get("final", {})

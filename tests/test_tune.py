@@ -165,15 +165,14 @@ def test_without_optuna_tune_says_how_to_install_it(files, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--storage", "nosuchdb://x"], "bertkit: error: nosuchdb://x: cannot open the storage"),
-    (["--report", "--study", "other"], "bertkit: error: errors.study: no study here; run "
-                                        "'bertkit tune' first"),
+    (["--storage", "nosuchdb://x"], "nosuchdb://x: cannot open the storage"),
+    (["--report"], "errors.study: no study here; run 'bertkit tune' first"),
 ])
 def test_tune_user_errors_are_one_line(files, capsys, args, message):
     recipe = write_recipe(files, "errors")
     assert cli.main(["tune", str(recipe), *args]) == 2
     error = capsys.readouterr().err
-    assert error.startswith(message) and error.count("\n") == 1
+    assert error.startswith("bertkit: error: ") and message in error and error.count("\n") == 1
 
 
 def test_a_recipe_without_search_section_is_one_line(files, capsys):

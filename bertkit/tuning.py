@@ -138,8 +138,13 @@ def open_study(place: StudyPlace, base: Recipe, heartbeat_seconds: int | None, *
                create: bool):
     """The Optuna study in `place`, created when `create` (direction: the task's `mode`)."""
     import optuna
+    import sqlalchemy.exc
 
-    storage = _storage(place, heartbeat_seconds, create)
+    try:
+        storage = _storage(place, heartbeat_seconds, create)
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(f"cannot open the storage: {reason}", source=place.storage) from None
     if not create:
         try:
             return optuna.load_study(study_name=place.name, storage=storage)
@@ -168,17 +173,22 @@ def _storage(place: StudyPlace, heartbeat_seconds: int | None, create: bool):
             raise UserError("no study here; run 'bertkit tune' first", source=place.folder)
         # Several workers write one SQLite file: wait for its lock rather than fail at once.
         engine_kwargs = {"connect_args": {"timeout": 60}}
-    try:
-        with quiet_experimental_warnings():  # heartbeats are "experimental" since Optuna 2.9
-            heartbeat = {} if heartbeat_seconds is None else {
-                "heartbeat_interval": heartbeat_seconds, "grace_period": 2 * heartbeat_seconds,
-                "heartbeat_stale_trial_callback":
-                    optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)}
-            return optuna.storages.RDBStorage(place.storage, engine_kwargs=engine_kwargs,
-                                              **heartbeat)
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as error:
-        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise UserError(f"cannot open the storage: {reason}", source=place.storage) from None
+    with quiet_experimental_warnings():  # heartbeats are "experimental" since Optuna 2.9
+        heartbeat = {} if heartbeat_seconds is None else {
+            "heartbeat_interval": heartbeat_seconds, "grace_period": 2 * heartbeat_seconds,
+            "heartbeat_stale_trial_callback":
+                optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)}
+    for attempt in range(3):
+        try:
+            with quiet_experimental_warnings():
+                return optuna.storages.RDBStorage(place.storage, engine_kwargs=engine_kwargs,
+                                                  **heartbeat)
+        except sqlalchemy.exc.DBAPIError:
+            # Workers started together race to create the tables ("table studies already
+            # exists"); the next attempt finds them made.
+            if attempt == 2:
+                raise
+            time.sleep(1 + attempt)
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ def write_tune_report(study, folder) -> Path:
         (True, True)
     """
     folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)  # a worker of a shared study may have none yet
     trials = study.get_trials(deepcopy=False)
     monitor = study.user_attrs.get("monitor", "value")
     best = _best_trial(study)

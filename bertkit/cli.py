@@ -135,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_set(sub)
     sub.add_argument("--trials", type=_positive, metavar="N",
                      help="finished trials to reach (default: search.trials)")
-    sub.add_argument("--timeout", type=float, metavar="SECONDS",
+    sub.add_argument("--timeout", type=_positive, metavar="SECONDS",
                      help="start no trial after this many seconds (default: search.timeout)")
     sub.add_argument("--storage", metavar="URL",
                      help="Optuna RDB storage shared by workers, e.g. postgresql://host/db "

@@ -309,7 +309,9 @@ class ReportToTrial(keras.callbacks.Callback):
     callback must run after it), and raises `TrialPruned` inside `fit`, which would
     leave a half-made run directory. Here a pruned trial stops at the end of the
     epoch, and `finetune` finishes it as any run (best epoch so far, metrics,
-    SavedModel). Only `trial.report` and `trial.should_prune` are used.
+    SavedModel). The last epoch is reported but never pruned: the trial has done all
+    its training by then, and its result is a complete one. Only `trial.report` and
+    `trial.should_prune` are used.
     """
 
     def __init__(self, trial, monitor: str):
@@ -322,6 +324,6 @@ class ReportToTrial(keras.callbacks.Callback):
         if value is None or not math.isfinite(value):
             return
         self.trial.report(float(value), step=epoch + 1)
-        if self.trial.should_prune():
+        if epoch + 1 < self.params.get("epochs", 0) and self.trial.should_prune():
             self.pruned_after = epoch + 1
             self.model.stop_training = True

@@ -110,7 +110,10 @@ def _plots(study, folder: Path) -> str:
                                   (IMPORTANCES_PNG, plots.plot_param_importances,
                                    "parameter importances")):
             try:
-                _save(plot(study), folder / name)
+                axes = plot(study)
+                if name == HISTORY_PNG:
+                    axes.set_ylabel(f"validation {study.user_attrs.get('monitor', 'value')}")
+                _save(axes, folder / name)
             except (ValueError, RuntimeError, ZeroDivisionError) as error:
                 lines.append(f"No {title} plot yet: {error}")
                 continue

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import optuna
 import pytest
@@ -155,6 +156,33 @@ def test_pruning_stops_a_trial_whose_metric_falls_behind(files, capsys):
     assert "trial 2 pruned after epoch 1" in capsys.readouterr().out
     tuning.report(recipe)
     assert "| 2 | pruned |" in (place.folder / "report.md").read_text()
+
+
+class ScriptedTrial:
+    """An Optuna trial whose pruner says prune at every epoch."""
+
+    def __init__(self):
+        self.reported = []
+
+    def report(self, value, step):
+        self.reported.append((step, value))
+
+    def should_prune(self):
+        return True
+
+
+@pytest.mark.parametrize("epoch, stops", [(0, True), (1, False)])
+def test_the_last_epoch_is_reported_but_never_pruned(epoch, stops):
+    from bertkit.callbacks import ReportToTrial
+
+    trial = ScriptedTrial()
+    callback = ReportToTrial(trial, "val_accuracy")
+    callback.set_params({"epochs": 2})
+    callback.set_model(types.SimpleNamespace(stop_training=False))
+    callback.on_epoch_end(epoch, {"val_accuracy": 0.5, "loss": 0.7})
+    assert trial.reported == [(epoch + 1, 0.5)]
+    assert callback.model.stop_training is stops
+    assert callback.pruned_after == (1 if stops else None)
 
 
 def test_without_optuna_tune_says_how_to_install_it(files, monkeypatch, capsys):

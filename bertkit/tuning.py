@@ -100,11 +100,11 @@ def tune(recipe, *, trials: int | None = None, timeout: float | None = None,
     place = StudyPlace.of(base, output_dir, storage, study_name)
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # a line per trial is printed here
     study = open_study(place, base, heartbeat_seconds, create=True)
-    objective = Objective(recipe, list(overrides or []), base, place.folder, verbose)
     target = trials or base.search.options.trials
-    deadline = timeout or base.search.options.timeout
-    deadline = deadline and time.monotonic() + deadline
-    run_trials(study, objective, target, deadline, poll_seconds=min(heartbeat_seconds, 10))
+    objective = Objective(recipe, list(overrides or []), base, place.folder, target, verbose)
+    seconds = timeout or base.search.options.timeout
+    deadline = seconds and time.monotonic() + seconds
+    run_trials(study, objective, deadline, poll_seconds=min(heartbeat_seconds, 10))
     write_study_report(study, place.folder)
     return study
 
@@ -219,9 +219,9 @@ def _pruner(options):
                                        n_warmup_steps=options.pruner_warmup_epochs)
 
 
-def run_trials(study, objective, target: int, deadline: float | None,
+def run_trials(study, objective: Objective, deadline: float | None,
                poll_seconds: float = 10) -> None:
-    """Runs trials until `target` are finished; the loop of one worker among any number.
+    """Runs trials until `objective.target` are finished; one worker's loop among any number.
 
     Trials running elsewhere count as started: a worker waits for the last ones rather
     than overshoot, and if one of them belongs to a killed worker, its heartbeat goes
@@ -229,7 +229,7 @@ def run_trials(study, objective, target: int, deadline: float | None,
     """
     import optuna
 
-    failures_in_a_row, waiting_said = 0, False
+    target, failures_in_a_row, waiting_said = objective.target, 0, False
     while True:
         with quiet_experimental_warnings():
             optuna.storages.fail_stale_trials(study)
@@ -250,10 +250,17 @@ def run_trials(study, objective, target: int, deadline: float | None,
             raise UserError(f"3 trials in a row failed; the last: {objective.last_error}")
 
 
-def count_trials(study) -> tuple[int, int]:
-    """(finished, running) trials of a study: finished are complete or pruned."""
-    states = [trial.state.name for trial in study.get_trials(deepcopy=False)]
+def count_trials(study, before: int | None = None) -> tuple[int, int]:
+    """(finished, running) trials of a study (numbered below `before`, if given);
+    finished are complete or pruned."""
+    states = [trial.state.name for trial in study.get_trials(deepcopy=False)
+              if before is None or trial.number < before]
     return sum(s in _FINISHED_STATES for s in states), states.count("RUNNING")
+
+
+class SurplusTrial(UserError):
+    """Two workers counted at the same moment and both started the last trial: the one
+    with the higher number steps back (Optuna marks it failed; the report leaves it out)."""
 
 
 class Objective:
@@ -264,9 +271,10 @@ class Objective:
     epoch so far, exported); its `run.json` says `"pruned_after_epoch": N`.
     """
 
-    def __init__(self, recipe, overrides: list, base: Recipe, folder: Path, verbose):
+    def __init__(self, recipe, overrides: list, base: Recipe, folder: Path, target: int,
+                 verbose=None):
         self.recipe, self.overrides, self.space = recipe, overrides, base.search
-        self.folder, self.verbose = folder, verbose
+        self.folder, self.target, self.verbose = folder, target, verbose
         self.monitor = base.task_class().monitor
         self.last_error = None
 
@@ -274,6 +282,9 @@ class Objective:
         import optuna
 
         self.last_error = None
+        if sum(count_trials(trial.study, before=trial.number)) >= self.target:
+            trial.set_user_attr("surplus", True)
+            raise SurplusTrial(f"trial {trial.number} is not needed")
         values = self.space.suggest(trial)
         run = RunDirectory(self.folder / f"trial-{trial.number:04d}")
         trial.set_user_attr("run_dir", str(run.path))

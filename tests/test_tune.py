@@ -145,8 +145,8 @@ def test_pruning_stops_a_trial_whose_metric_falls_behind(files, capsys):
         study.add_trial(optuna.trial.create_trial(
             params={"training.learning_rate": 1e-3}, distributions={"training.learning_rate": rate},
             value=2.0, intermediate_values={1: 2.0, 2: 2.0}))
-    objective = tuning.Objective(recipe, [], base, place.folder, verbose=0)
-    tuning.run_trials(study, objective, target=3, deadline=None)
+    objective = tuning.Objective(recipe, [], base, place.folder, target=3, verbose=0)
+    tuning.run_trials(study, objective, deadline=None)
     trial = study.trials[-1]
     assert trial.state == optuna.trial.TrialState.PRUNED and trial.last_step == 1
     run = RunDirectory(trial.user_attrs["run_dir"])
@@ -156,6 +156,18 @@ def test_pruning_stops_a_trial_whose_metric_falls_behind(files, capsys):
     assert "trial 2 pruned after epoch 1" in capsys.readouterr().out
     tuning.report(recipe)
     assert "| 2 | pruned |" in (place.folder / "report.md").read_text()
+
+
+def test_a_trial_started_beyond_the_requested_number_steps_back(files, tmp_path):
+    recipe = write_recipe(files, "surplus", trials=2)
+    base = tuning.load_search_recipe(recipe)
+    study = optuna.create_study()
+    first, _running, third = study.ask(), study.ask(), study.ask()  # three workers at once
+    study.tell(first, 0.5)
+    objective = tuning.Objective(recipe, [], base, tmp_path, target=2)
+    with pytest.raises(tuning.SurplusTrial, match="trial 2 is not needed"):
+        objective(third)
+    assert third.user_attrs == {"surplus": True} and not list(tmp_path.iterdir())
 
 
 class ScriptedTrial:

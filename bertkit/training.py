@@ -26,7 +26,7 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         features: a file written by `featurize` for this recipe: train from it without
             reading or tokenizing the data (and without TensorFlow, e.g. on JAX).
         verbose: Keras progress output (default: a bar on a terminal, else a line per epoch).
-        callbacks: more Keras callbacks for `fit`, run after bertkit's own: at the end of
+        callbacks: more Keras callbacks for `fit`, run after bertkit's validation: at the end of
             an epoch its validation metrics are in `logs` (`val_<metric>`) and in
             `metrics.json`. One that sets `model.stop_training` ends training there, and
             the run finishes with the best epoch so far (`bertkit tune` prunes this way).

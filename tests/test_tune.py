@@ -102,7 +102,8 @@ def test_workers_together_finish_exactly_the_requested_trials(workers):
 
 def test_a_trial_killed_with_kill_9_is_failed_and_run_again(workers):
     study, folder, killed_trial, _ = workers
-    (failed,) = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL]
+    (failed,) = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL
+                 and not t.user_attrs.get("surplus")]  # a worker stepping back, see tuning
     assert failed.user_attrs["run_dir"] == str(killed_trial)
     (retry,) = [t for t in complete_trials(study) if t.params == failed.params]
     assert retry.number > failed.number

@@ -49,6 +49,33 @@ def bucket_lengths(sequence_length: int, buckets=None) -> tuple[int, ...]:
     return tuple(sorted(set(chosen))) + (sequence_length,)
 
 
+def padding_lengths(buckets: tuple[int, ...], compiles_each_shape: bool) -> tuple[int, ...]:
+    """The widths batches are padded to: the bucket lengths where every new input shape
+    compiles a program (XLA: JAX, TensorFlow with `jit_compile`), else every multiple
+    of 8 up to the longest bucket as well.
+
+    TensorFlow's own kernels take any shape without compiling (bertkit's traced step
+    has no fixed length), so there a batch pads to its longest row rounded up to 8,
+    not to the next bucket: the first 4,000 SST-2 sentences (13.3 tokens) pad to 16.9
+    tokens a row instead of 22.3. Which rows form a batch does not change.
+
+    Example:
+        >>> padding_lengths((16, 32, 64), compiles_each_shape=True)
+        (16, 32, 64)
+        >>> padding_lengths((16, 32, 36), compiles_each_shape=False)
+        (8, 16, 24, 32, 36)
+    """
+    if compiles_each_shape:
+        return tuple(buckets)
+    return tuple(sorted(set(range(8, buckets[-1], 8)) | set(buckets)))
+
+
+def compiles_each_shape(model) -> bool:
+    """Whether `model` compiles a new program for every new input shape (see
+    `padding_lengths`)."""
+    return keras.backend.backend() == "jax" or bool(model.jit_compile)
+
+
 def padded_length(longest: int, buckets: tuple[int, ...]) -> int:
     """The smallest bucket that holds `longest` tokens.
 
@@ -229,17 +256,21 @@ class TrainingBatches:
 
     One step is one micro-batch: with `micro_batches` N, steps `kN .. kN+N-1`
     are the parts of batch `k` (the optimizer accumulates N steps, see
-    `bertkit.optimization.make_optimizer`). `set_epoch` is called by a callback
-    at the start of each epoch, so the data order follows the epoch number even
-    when training resumes mid-run.
+    `bertkit.optimization.make_optimizer`). `buckets` decide which rows form a
+    `length_buckets` batch; each step is padded to the smallest of `pad_lengths`
+    (default: `buckets`, see `padding_lengths`) that holds its rows. `set_epoch`
+    is called by a callback at the start of each epoch, so the data order follows
+    the epoch number even when training resumes mid-run.
     """
 
     def __init__(self, task, features: Features, batch_size: int, buckets, seed: int,
-                 order: str = "length_buckets", micro_batches: int = 1, row_multiple: int = 1):
+                 order: str = "length_buckets", micro_batches: int = 1, row_multiple: int = 1,
+                 pad_lengths=None):
         if order not in ("length_buckets", "random"):
             raise ValueError(f"unknown batch order {order!r}")
         self.task, self.features, self.batch_size = task, features, batch_size
         self.buckets, self.seed = tuple(buckets), seed
+        self.pad_lengths = tuple(pad_lengths or buckets)
         self.order, self.micro_batches = order, micro_batches
         self.row_multiple = row_multiple  # devices sharing each step (see fill_rows)
         self.lengths = features.lengths()
@@ -264,7 +295,7 @@ class TrainingBatches:
             return self._batches(epoch)
         return [part for rows in self._batches(epoch)
                 for part in split_by_length(rows, self.lengths, self.micro_batches,
-                                            self.buckets)]
+                                            self.pad_lengths)]
 
     def __len__(self) -> int:
         return self._steps
@@ -292,7 +323,8 @@ class TrainingBatches:
         for step in range(first, first + self.micro_batches):
             rng = np.random.default_rng([self.seed, self.epoch, step, 1])
             rows = self._plan[step]
-            padded = pad_batch(self.features, fill_rows(rows, self.row_multiple), self.buckets)
+            padded = pad_batch(self.features, fill_rows(rows, self.row_multiple),
+                               self.pad_lengths)
             made.append(self.task.make_batch(padded, training=True, rng=rng))
             counts.append(len(rows))
         filled = any(count % self.row_multiple for count in counts)

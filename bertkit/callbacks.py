@@ -128,7 +128,7 @@ class TrackRun(keras.callbacks.Callback):
             time.time() - self._epoch_start - record.get("eval_seconds", 0.0), 2)
         self.history.append(record)
         if self.best() is record:
-            save_weights_atomically(self.model, self.run.weights_file)
+            save_weights_atomically(self.model, self.run.weights_file, with_optimizer=False)
             self.run.set_status("running", best_epoch=record["epoch"])
             if self.on_best is not None:
                 self.on_best(record["epoch"])
@@ -161,12 +161,42 @@ class TimeSteps(keras.callbacks.Callback):
         self._first = False
 
 
-def save_weights_atomically(model, path) -> None:
-    """`model.save_weights` through a temporary file: a kill never leaves a half-written file."""
+def save_weights_atomically(model, path, *, with_optimizer: bool = True) -> None:
+    """`model.save_weights` through a temporary file: a kill never leaves a half-written file.
+
+    `with_optimizer=False` leaves the optimizer's state out: what a finished model needs,
+    a third of the bytes with Adam's two moments per weight (read it back with
+    `load_model_weights`). Resuming training needs it in.
+    """
     path = Path(path)
     temporary = path.with_name(".partial." + path.name)  # Keras wants the .weights.h5 suffix
-    model.save_weights(temporary)
+    keras.saving.save_weights(model, temporary, objects_to_skip=None if with_optimizer
+                              else _optimizer_of(model))
     os.replace(temporary, path)
+
+
+def load_model_weights(model, path) -> None:
+    """Loads a file of `save_weights_atomically(..., with_optimizer=False)` (or one with
+    the optimizer, written before) into `model`, leaving its optimizer as it is."""
+    model.load_weights(path, objects_to_skip=_optimizer_of(model))
+
+
+def _optimizer_of(model) -> list:
+    return [model.optimizer] if getattr(model, "optimizer", None) is not None else []
+
+
+class StepTensorBoard(keras.callbacks.TensorBoard):
+    """Keras' `TensorBoard`, its step logs handed over only on the steps it records.
+
+    Keras builds a summary op for every log of every step and discards all but
+    every `update_freq`-th (about 1.5 ms a step here, seconds over a run). Reads
+    Keras' private step count.
+    """
+
+    def on_train_batch_end(self, batch, logs=None):
+        recorded = isinstance(self.update_freq, int) and (
+            self._global_train_batch % self.update_freq == 0)
+        super().on_train_batch_end(batch, logs if recorded else None)
 
 
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
@@ -211,7 +241,16 @@ def _is_terminal(stream) -> bool:
 
 
 def _learning_rate(model) -> float:
-    return float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+    """The optimizer's current rate. Asked every step (see `RecordSteps`): bertkit's schedule
+    gives it in Python, where Keras' `learning_rate` runs the schedule's tensor ops eagerly
+    (milliseconds a step). Keras feeds a schedule its private count of batches."""
+    from bertkit.optimization import WarmupLinearDecay
+
+    optimizer = model.optimizer
+    schedule = getattr(optimizer, "_learning_rate", None)
+    if isinstance(schedule, WarmupLinearDecay):
+        return schedule.value_at(int(optimizer._iterations))
+    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
 class _IntervalLoss:

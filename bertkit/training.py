@@ -218,7 +218,8 @@ class _Trainer:
         import keras
 
         from bertkit.backbone import save_architecture
-        from bertkit.batching import TrainingBatches
+        from bertkit.batching import TrainingBatches, padding_lengths
+        from bertkit.callbacks import load_model_weights
         from bertkit.distribution import devices_sharing_a_batch
         from bertkit.finetuned import FineTunedModel
         from bertkit.optimization import make_optimizer
@@ -239,15 +240,19 @@ class _Trainer:
 
         # ---- model
         with phases("build_model"):
+            jit_compile = jit_compile_setting(training.jit_compile)
+            pad_lengths = padding_lengths(buckets, compiles_each_shape=bool(jit_compile)
+                                          or keras.backend.backend() == "jax")
             batches = TrainingBatches(task, data.train_features, training.batch_size, buckets,
                                       training.seed, training.batch_order,
                                       training.micro_batches,
-                                      row_multiple=devices_sharing_a_batch())
+                                      row_multiple=devices_sharing_a_batch(),
+                                      pad_lengths=pad_lengths)
             model = task.build_model(data.pretrained.backbone)
             task.initialize_head(model, data.pretrained.checkpoint_tensors())
             model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
                           weighted_metrics=task.metrics(),  # Keras: plain `metrics` get no weights
-                          jit_compile=jit_compile_setting(training.jit_compile))
+                          jit_compile=jit_compile)
             # Without a tf.distribute strategy Keras builds the optimizer inside the first
             # traced step; the slot variables it creates there make TensorFlow trace the
             # whole training step a second time. Built here, the step is traced once.
@@ -258,7 +263,7 @@ class _Trainer:
         # ---- fit: its steps and evaluations are timed apart; `fit_overhead` is the rest
         # (Keras' set-up, checkpoints, TensorBoard logs, the metrics file)
         validation = _Validation(task, data.validation, data.validation_features,
-                                 eval_batch_size, buckets, phases) if data.validation else None
+                                 eval_batch_size, pad_lengths, phases) if data.validation else None
         parts = ("first_step", "train_steps", "evaluation")
         before = phases.total(parts)
         with phases("fit_overhead"):
@@ -267,7 +272,7 @@ class _Trainer:
 
         # ---- best weights, calibration, final evaluation, report, export
         with phases("final_evaluation"):
-            model.load_weights(self.run.weights_file)
+            load_model_weights(model, self.run.weights_file)
             final = {}
             if validation:
                 final["validation"], description = self._calibrate(validation, model,
@@ -330,12 +335,12 @@ class _Trainer:
 
     def _fit(self, model, task, batches, validation) -> tuple[list[dict], int | None]:
         """Keras `fit` with the run's callbacks; the history and the best epoch."""
-        import keras
 
         from bertkit.callbacks import (
             AtomicBackupAndRestore,
             Evaluate,
             SetEpoch,
+            StepTensorBoard,
             StopOnNonFiniteLoss,
             TimeSteps,
             TrackRun,
@@ -361,7 +366,7 @@ class _Trainer:
         callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir),
                                                       delete_checkpoint=False)]
         if tensorflow_available():  # Keras writes TensorBoard logs with tf.summary, any backend
-            callbacks.append(keras.callbacks.TensorBoard(
+            callbacks.append(StepTensorBoard(
                 str(self.run.logs_dir), profile_batch=0, update_freq=log_every(len(batches))))
         if initial_epoch:
             print(f"resuming {self.run.path} after epoch {initial_epoch}", file=sys.stderr)

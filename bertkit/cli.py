@@ -178,13 +178,14 @@ def _index(text: str) -> int:
 
 def _finetune(args):
     import bertkit
-    from bertkit.multi_process import start_processes
+    from bertkit.multi_process import start_processes, writes_run_directory
 
     start_processes(args.coordinator, args.num_processes, args.process_id,
                     args.heartbeat_timeout)  # before anything is built
     model = bertkit.finetune(args.recipe, overrides=args.overrides, output_dir=args.output,
                              overwrite=args.overwrite, features=args.features)
-    print(f"run written to {model.run.path} (report.md, model card README.md, saved_model/)")
+    if writes_run_directory():
+        print(f"run written to {model.run.path} (report.md, model card README.md, saved_model/)")
 
 
 def _featurize(args):

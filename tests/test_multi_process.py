@@ -74,7 +74,10 @@ class Job:
 
     def start(self) -> "Job":
         port = free_port()
-        env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+        env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+               # compiled programs are shared: a restarted job does not compile again
+               "JAX_COMPILATION_CACHE_DIR": str(self.folder / "compiled"),
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
         self.started = []
         for process in range(self.processes):
             log = self.folder / f"{self.name}.{process}.writes"
@@ -220,3 +223,42 @@ def test_a_killed_process_ends_the_job_and_the_restart_resumes(jobs):
     for a, b in zip(uninterrupted["epochs"], resumed["epochs"], strict=True):
         np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4)
     assert resumed["final"]["validation"] == pytest.approx(uninterrupted["final"]["validation"])
+
+
+def finetune_command(argv, capsys) -> tuple[int, str]:
+    from bertkit.cli import main
+
+    code = main(["finetune", "recipe.yaml", *argv])
+    return code, capsys.readouterr().err.strip()
+
+
+TENSORFLOW_REFUSAL = (
+    "training over several processes needs the JAX backend (KERAS_BACKEND=jax): "
+    "TensorFlow's MultiWorkerMirroredStrategy does not train Keras 3 models "
+    "(keras-team/keras#20585)")
+
+
+def test_several_processes_on_tensorflow_are_one_line_pointing_to_jax(capsys, monkeypatch):
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("the refusal is the TensorFlow backend's")
+    code, err = finetune_command(["--coordinator", "10.0.0.1:1234", "--num-processes", "2",
+                                  "--process-id", "1"], capsys)
+    assert (code, err) == (2, f"bertkit: error: --num-processes: {TENSORFLOW_REFUSAL}")
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"worker": ["10.0.0.1:1234", "10.0.0.2:1234"]},
+        "task": {"type": "worker", "index": 0}}))
+    code, err = finetune_command([], capsys)
+    assert (code, err) == (2, f"bertkit: error: TF_CONFIG: {TENSORFLOW_REFUSAL}")
+
+
+def test_a_missing_process_setting_names_its_option(capsys, monkeypatch):
+    monkeypatch.setenv("KERAS_DISTRIBUTION_NUM_PROCESSES", "2")
+    code, err = finetune_command(["--coordinator", "127.0.0.1:1234"], capsys)
+    assert (code, err) == (2, "bertkit: error: --process-id: a job of several processes needs "
+                              "--process-id (or KERAS_DISTRIBUTION_PROCESS_ID)")
+    code, err = finetune_command(["--coordinator", "127.0.0.1:1234", "--process-id", "2"],
+                                 capsys)
+    assert (code, err) == (2, "bertkit: error: --process-id: expected 0 to 1 for 2 processes, "
+                              "got 2")

@@ -30,7 +30,9 @@ by XLA across processes: on CPU through gloo, JAX's default CPU collectives.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import weakref
 
 from bertkit.errors import UserError
 
@@ -116,8 +118,6 @@ def raise_tensorflow_multi_worker_error(what: str) -> None:
 
 def check_tensorflow_config() -> None:
     """Refuses a `TF_CONFIG` that lists several workers, on the TensorFlow backend."""
-    import json
-
     text = os.environ.get("TF_CONFIG")
     if not text:
         return
@@ -197,11 +197,14 @@ def wait_for_all(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+@contextlib.contextmanager
 def quiet_unless_writer():
     """A context in which only process 0 prints to stdout (progress, metrics, phases)."""
     if writes_run_directory():
-        return contextlib.nullcontext()
-    return contextlib.redirect_stdout(open(os.devnull, "w"))  # noqa: SIM115 - closed at exit
+        yield
+        return
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+        yield
 
 
 @contextlib.contextmanager
@@ -249,9 +252,12 @@ def predict_global_batch(model, inputs: dict):
     return jax.tree.map(np.asarray, outputs)
 
 
+_REPLICATED_CALLS = weakref.WeakKeyDictionary()  # model -> its jitted inference call
+
+
 def _replicated_call(model):
     """The model's inference call, jitted once per model, its outputs on every device."""
-    call = getattr(model, "_bertkit_replicated_call", None)
+    call = _REPLICATED_CALLS.get(model)
     if call is None:
         import jax
         import keras
@@ -263,6 +269,5 @@ def _replicated_call(model):
             outputs, _ = model.stateless_call(trainable, non_trainable, inputs, training=False)
             return outputs
 
-        call = jax.jit(infer, out_shardings=replicated)
-        model._bertkit_replicated_call = call
+        call = _REPLICATED_CALLS[model] = jax.jit(infer, out_shardings=replicated)
     return call

@@ -31,6 +31,7 @@ import keras
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.multi_process import process_index, process_share
 from bertkit.task import Features
 
 _BASE_BUCKETS = (16, 32, 64, 128, 192, 256, 320, 384, 448, 512)
@@ -87,13 +88,16 @@ def padded_length(longest: int, buckets: tuple[int, ...]) -> int:
     return buckets[min(index, len(buckets) - 1)]
 
 
-def pad_batch(features: Features, rows: np.ndarray, buckets: tuple[int, ...]) -> dict:
+def pad_batch(features: Features, rows: np.ndarray, buckets: tuple[int, ...],
+              longest: int | None = None) -> dict:
     """Columns of `rows` as arrays; sequence columns padded to a bucket length.
 
+    The bucket is the one that holds the longest of `rows`, or `longest` tokens
+    when given (a process's share of a batch is padded as the whole batch is).
     Adds `padding_mask` (1 for real tokens) and `row_index`.
     """
     lengths = features.lengths()[rows]
-    width = padded_length(int(lengths.max()), buckets)
+    width = padded_length(int(lengths.max()) if longest is None else longest, buckets)
     batch = {"padding_mask": (np.arange(width)[None, :] < lengths[:, None]).astype(np.int32),
              "row_index": rows}
     for name, column in features.columns.items():
@@ -321,13 +325,14 @@ class TrainingBatches:
             self._plan_epoch = self.epoch
         made, counts = [], []
         for step in range(first, first + self.micro_batches):
-            rng = np.random.default_rng([self.seed, self.epoch, step, 1])
-            rows = self._plan[step]
-            padded = pad_batch(self.features, fill_rows(rows, self.row_multiple),
-                               self.pad_lengths)
-            made.append(self.task.make_batch(padded, training=True, rng=rng))
-            counts.append(len(rows))
-        filled = any(count % self.row_multiple for count in counts)
+            rows = fill_rows(self._plan[step], self.row_multiple)
+            share = process_share(len(rows))  # this process's rows; all of them in one
+            padded = pad_batch(self.features, rows[share], self.pad_lengths,
+                               longest=int(self.lengths[rows].max()))
+            made.append(self.task.make_batch(padded, training=True, rng=self._rng(step)))
+            real = len(self._plan[step])  # the filler rows come after these
+            counts.append((min(max(real - share.start, 0), len(rows[share])), len(rows[share])))
+        filled = any(real < size for real, size in counts)
         if made[0][2] is None:
             if self.micro_batches == 1 and self.row_multiple == 1:
                 return [(inputs, targets) for inputs, targets, _ in made]
@@ -336,10 +341,15 @@ class TrainingBatches:
             # which Keras's distributed input needs).
             made = [(inputs, targets, _row_weights(targets)) for inputs, targets, _ in made]
         if filled:  # filler rows (see fill_rows) weigh nothing
-            made = [(inputs, targets, _zero_filler_rows(w, n))
-                    for (inputs, targets, w), n in zip(made, counts, strict=True)]
+            made = [(inputs, targets, _zero_filler_rows(w, real))
+                    for (inputs, targets, w), (real, _) in zip(made, counts, strict=True)]
         weights = _normalize_each_output([w for _, _, w in made])
         return [(inputs, targets, w) for (inputs, targets, _), w in zip(made, weights, strict=True)]
+
+    def _rng(self, step: int):
+        """The random draws of a step's batch (e.g. masked positions), per process share."""
+        key = [self.seed, self.epoch, step, 1]
+        return np.random.default_rng(key + [process_index()] if process_index() else key)
 
     def as_dataset(self):
         """A `tf.data.Dataset` with unknown lengths on TensorFlow, a `PyDataset` elsewhere."""

@@ -99,15 +99,18 @@ class TrackRun(keras.callbacks.Callback):
 
     Its state is rebuilt from the metrics history when a run resumes, so
     resuming gives the same best epoch and patience as an uninterrupted run.
+    With `writes=False` (the processes but the first of a multi-process run) it
+    writes nothing, and stops when the writing process does.
     `on_best(epoch)`, if given, is called when an epoch is the best so far (the
     trainer keeps that epoch's validation outputs).
     """
 
     def __init__(self, run, monitor: str, mode: str, patience: int | None, history: list,
-                 on_best=None):
+                 on_best=None, writes: bool = True):
         super().__init__()
         self.run, self.monitor, self.mode, self.patience = run, monitor, mode, patience
         self.on_best = on_best
+        self.writes = writes  # False: only decides the best epoch and when to stop
         self.history = list(history)
         self._epoch_start = time.time()
 
@@ -128,11 +131,13 @@ class TrackRun(keras.callbacks.Callback):
             time.time() - self._epoch_start - record.get("eval_seconds", 0.0), 2)
         self.history.append(record)
         if self.best() is record:
-            save_weights_atomically(self.model, self.run.weights_file, with_optimizer=False)
-            self.run.set_status("running", best_epoch=record["epoch"])
+            if self.writes:
+                save_weights_atomically(self.model, self.run.weights_file, with_optimizer=False)
+                self.run.set_status("running", best_epoch=record["epoch"])
             if self.on_best is not None:
                 self.on_best(record["epoch"])
-        write_json(self.run.metrics_file, {"monitor": self.monitor, "epochs": self.history})
+        if self.writes:
+            write_json(self.run.metrics_file, {"monitor": self.monitor, "epochs": self.history})
         best = self.best()
         if self.patience and record["epoch"] - best["epoch"] >= self.patience:
             self.model.stop_training = True
@@ -168,10 +173,13 @@ def save_weights_atomically(model, path, *, with_optimizer: bool = True) -> None
     a third of the bytes with Adam's two moments per weight (read it back with
     `load_model_weights`). Resuming training needs it in.
     """
+    from bertkit.multi_process import outside_distribution
+
     path = Path(path)
     temporary = path.with_name(".partial." + path.name)  # Keras wants the .weights.h5 suffix
-    keras.saving.save_weights(model, temporary, objects_to_skip=None if with_optimizer
-                              else _optimizer_of(model))
+    with outside_distribution():
+        keras.saving.save_weights(model, temporary, objects_to_skip=None if with_optimizer
+                                  else _optimizer_of(model))
     os.replace(temporary, path)
 
 
@@ -208,10 +216,17 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     backup writes its weights to a new file, then replaces the metadata, which
     names that file: that replace is the commit, and older weight files are
     removed after it. A run resumes from the last committed pair. Overrides
-    Keras' private `_save_model` and `_load_model`.
+    Keras' private `_save_model` and `_load_model`. With `writes=False` (the
+    processes but the first of a multi-process run) it only restores.
     """
 
+    def __init__(self, backup_dir, writes: bool = True, **kwargs):
+        super().__init__(backup_dir, **kwargs)
+        self.writes = writes
+
     def _save_model(self):
+        if not self.writes:
+            return
         os.makedirs(self.backup_dir, exist_ok=True)
         name = f"epoch-{self._current_epoch}-batch-{self._last_batch_seen}.weights.h5"
         save_weights_atomically(self.model, Path(self.backup_dir) / name)

@@ -264,7 +264,7 @@ def _learning_rate(model) -> float:
     optimizer = model.optimizer
     schedule = getattr(optimizer, "_learning_rate", None)
     if isinstance(schedule, WarmupLinearDecay):
-        return schedule.value_at(int(optimizer._iterations))
+        return schedule.value_at(int(optimizer._iterations.numpy()))
     return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 

@@ -107,4 +107,4 @@ def test_pad_lengths_change_the_padding_not_the_rows_of_a_batch():
             assert batch["token_ids"].shape[1] == min(-(-longest // 8) * 8, 128)
     # micro-batches of random batches are cut by length: there the finer padding pays
     tokens = [sum(b["token_ids"].size for b in plan) for plan in (padded, bucketed)]
-    assert tokens[0] < 0.9 * tokens[1]
+    assert tokens[0] < 0.95 * tokens[1]

@@ -99,15 +99,18 @@ class TrackRun(keras.callbacks.Callback):
 
     Its state is rebuilt from the metrics history when a run resumes, so
     resuming gives the same best epoch and patience as an uninterrupted run.
+    With `writes=False` (the processes but the first of a multi-process run) it
+    writes nothing, and stops when the writing process does.
     `on_best(epoch)`, if given, is called when an epoch is the best so far (the
     trainer keeps that epoch's validation outputs).
     """
 
     def __init__(self, run, monitor: str, mode: str, patience: int | None, history: list,
-                 on_best=None):
+                 on_best=None, writes: bool = True):
         super().__init__()
         self.run, self.monitor, self.mode, self.patience = run, monitor, mode, patience
         self.on_best = on_best
+        self.writes = writes  # False: only decides the best epoch and when to stop
         self.history = list(history)
         self._epoch_start = time.time()
 
@@ -128,11 +131,13 @@ class TrackRun(keras.callbacks.Callback):
             time.time() - self._epoch_start - record.get("eval_seconds", 0.0), 2)
         self.history.append(record)
         if self.best() is record:
-            save_weights_atomically(self.model, self.run.weights_file)
-            self.run.set_status("running", best_epoch=record["epoch"])
+            if self.writes:
+                save_weights_atomically(self.model, self.run.weights_file, with_optimizer=False)
+                self.run.set_status("running", best_epoch=record["epoch"])
             if self.on_best is not None:
                 self.on_best(record["epoch"])
-        write_json(self.run.metrics_file, {"monitor": self.monitor, "epochs": self.history})
+        if self.writes:
+            write_json(self.run.metrics_file, {"monitor": self.monitor, "epochs": self.history})
         best = self.best()
         if self.patience and record["epoch"] - best["epoch"] >= self.patience:
             self.model.stop_training = True
@@ -161,12 +166,45 @@ class TimeSteps(keras.callbacks.Callback):
         self._first = False
 
 
-def save_weights_atomically(model, path) -> None:
-    """`model.save_weights` through a temporary file: a kill never leaves a half-written file."""
+def save_weights_atomically(model, path, *, with_optimizer: bool = True) -> None:
+    """`model.save_weights` through a temporary file: a kill never leaves a half-written file.
+
+    `with_optimizer=False` leaves the optimizer's state out: what a finished model needs,
+    a third of the bytes with Adam's two moments per weight (read it back with
+    `load_model_weights`). Resuming training needs it in.
+    """
+    from bertkit.multi_process import outside_distribution
+
     path = Path(path)
     temporary = path.with_name(".partial." + path.name)  # Keras wants the .weights.h5 suffix
-    model.save_weights(temporary)
+    with outside_distribution():
+        keras.saving.save_weights(model, temporary, objects_to_skip=None if with_optimizer
+                                  else _optimizer_of(model))
     os.replace(temporary, path)
+
+
+def load_model_weights(model, path) -> None:
+    """Loads a file of `save_weights_atomically(..., with_optimizer=False)` (or one with
+    the optimizer, written before) into `model`, leaving its optimizer as it is."""
+    model.load_weights(path, objects_to_skip=_optimizer_of(model))
+
+
+def _optimizer_of(model) -> list:
+    return [model.optimizer] if getattr(model, "optimizer", None) is not None else []
+
+
+class StepTensorBoard(keras.callbacks.TensorBoard):
+    """Keras' `TensorBoard`, its step logs handed over only on the steps it records.
+
+    Keras builds a summary op for every log of every step and discards all but
+    every `update_freq`-th (about 1.5 ms a step here, seconds over a run). Reads
+    Keras' private step count.
+    """
+
+    def on_train_batch_end(self, batch, logs=None):
+        recorded = isinstance(self.update_freq, int) and (
+            self._global_train_batch % self.update_freq == 0)
+        super().on_train_batch_end(batch, logs if recorded else None)
 
 
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
@@ -178,10 +216,17 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     backup writes its weights to a new file, then replaces the metadata, which
     names that file: that replace is the commit, and older weight files are
     removed after it. A run resumes from the last committed pair. Overrides
-    Keras' private `_save_model` and `_load_model`.
+    Keras' private `_save_model` and `_load_model`. With `writes=False` (the
+    processes but the first of a multi-process run) it only restores.
     """
 
+    def __init__(self, backup_dir, writes: bool = True, **kwargs):
+        super().__init__(backup_dir, **kwargs)
+        self.writes = writes
+
     def _save_model(self):
+        if not self.writes:
+            return
         os.makedirs(self.backup_dir, exist_ok=True)
         name = f"epoch-{self._current_epoch}-batch-{self._last_batch_seen}.weights.h5"
         save_weights_atomically(self.model, Path(self.backup_dir) / name)
@@ -211,7 +256,16 @@ def _is_terminal(stream) -> bool:
 
 
 def _learning_rate(model) -> float:
-    return float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+    """The optimizer's current rate. Asked every step (see `RecordSteps`): bertkit's schedule
+    gives it in Python, where Keras' `learning_rate` runs the schedule's tensor ops eagerly
+    (milliseconds a step). Keras feeds a schedule its private count of batches."""
+    from bertkit.optimization import WarmupLinearDecay
+
+    optimizer = model.optimizer
+    schedule = getattr(optimizer, "_learning_rate", None)
+    if isinstance(schedule, WarmupLinearDecay):
+        return schedule.value_at(int(optimizer._iterations.numpy()))
+    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
 class _IntervalLoss:

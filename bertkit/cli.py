@@ -88,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--features", metavar="FILE",
                      help="train from a file written by 'bertkit featurize' (no TensorFlow "
                           "needed, e.g. KERAS_BACKEND=jax)")
+    _add_process_options(sub)
 
     sub = command("featurize", _featurize, "tokenize a recipe's data once into a features file")
     sub.add_argument("recipe")
@@ -169,12 +170,40 @@ def _add_set(sub):
                      help="override a recipe value, e.g. training.epochs=3 (repeatable)")
 
 
+def _add_process_options(sub):
+    from bertkit.multi_process import DEFAULT_HEARTBEAT_TIMEOUT
+
+    group = sub.add_argument_group(
+        "several processes (JAX; one command per process, the same recipe everywhere)")
+    group.add_argument("--coordinator", metavar="HOST:PORT",
+                       help="process 0's address (default: $KERAS_DISTRIBUTION_JOB_ADDRESSES)")
+    group.add_argument("--num-processes", type=_positive, metavar="N",
+                       help="processes in the job (default: $KERAS_DISTRIBUTION_NUM_PROCESSES)")
+    group.add_argument("--process-id", type=_index, metavar="I",
+                       help="this process, 0 to N-1; 0 writes the run directory (default: "
+                            "$KERAS_DISTRIBUTION_PROCESS_ID)")
+    group.add_argument("--heartbeat-timeout", type=_positive, metavar="SECONDS",
+                       default=DEFAULT_HEARTBEAT_TIMEOUT,
+                       help="end the job when a process is silent this long (default: "
+                            f"{DEFAULT_HEARTBEAT_TIMEOUT})")
+
+
+def _index(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 0, got {text!r}")
+    return int(text)
+
+
 def _finetune(args):
     import bertkit
+    from bertkit.multi_process import start_processes, writes_run_directory
 
+    start_processes(args.coordinator, args.num_processes, args.process_id,
+                    args.heartbeat_timeout)  # before anything is built
     model = bertkit.finetune(args.recipe, overrides=args.overrides, output_dir=args.output,
                              overwrite=args.overwrite, features=args.features)
-    print(f"run written to {model.run.path} (report.md, model card README.md, saved_model/)")
+    if writes_run_directory():
+        print(f"run written to {model.run.path} (report.md, model card README.md, saved_model/)")
 
 
 def _featurize(args):

@@ -1,8 +1,9 @@
-"""Data-parallel training on one machine, on the engine the Keras backend provides.
+"""Data-parallel training, on the engine the Keras backend provides.
 
-`training.distribution` picks it: `auto` spreads each batch over the local
+`training.distribution` picks it: `auto` spreads each batch over the
 devices when there are several (the accelerators, else the CPU devices:
-normally one), `data_parallel` (`mirrored` is its TensorFlow name) always,
+normally one a process; on JAX those of all the processes of a multi-process
+job, see `bertkit.multi_process`), `data_parallel` (`mirrored` is its TensorFlow name) always,
 even over one device, `one_device` never. On JAX that is
 `keras.distribution.DataParallel` (variables replicated, each batch sharded on
 its first axis, gradients reduced by XLA), on TensorFlow
@@ -42,13 +43,23 @@ def data_parallel_scope(training, source: str | None = None):
     """
     import keras
 
-    devices = local_devices(keras.backend.backend())
+    from bertkit.multi_process import check_tensorflow_config, process_count
+
+    if keras.backend.backend() == "tensorflow":
+        check_tensorflow_config()  # before tf.distribute reads it
+    devices = batch_devices(keras.backend.backend())
     kind = training.distribution
+    if kind == "one_device" and process_count() > 1:
+        raise UserError(f"cannot train on one device in a job of {process_count()} processes; "
+                        "use auto or data_parallel", source=source, key="training.distribution")
     if kind == "one_device" or (kind == "auto" and len(devices) < 2):
         return contextlib.nullcontext()
     _check_batch_sizes(training, len(devices), source)
     if keras.backend.backend() == "jax":
-        return keras.distribution.DataParallel(devices=devices).scope()
+        # Each process feeds its own share of every batch (bertkit.batching), already
+        # split: Keras's sharding of a tf.data input across processes is not wanted.
+        return keras.distribution.DataParallel(devices=devices,
+                                               auto_shard_dataset=False).scope()
     if training.gradient_accumulation_steps * training.micro_batches > 1:
         raise UserError("Keras cannot accumulate gradients under tf.distribute; set "
                         "training.gradient_accumulation_steps and training.micro_batches "
@@ -59,13 +70,14 @@ def data_parallel_scope(training, source: str | None = None):
     return tf.distribute.MirroredStrategy(devices=devices).scope()
 
 
-def local_devices(backend: str) -> list[str]:
-    """This machine's devices a batch can be spread over: its accelerators, else its CPU
-    devices (one, unless XLA or TensorFlow was told to show the CPU as several)."""
+def batch_devices(backend: str) -> list[str]:
+    """The devices a batch can be spread over: the accelerators, else the CPU devices (one
+    a process, unless XLA or TensorFlow was told to show the CPU as several). On JAX, those
+    of every process of a multi-process job (see `bertkit.multi_process`)."""
     if backend == "jax":
         import jax
 
-        return [f"{device.platform}:{device.id}" for device in jax.local_devices()]
+        return [f"{device.platform}:{device.id}" for device in jax.devices()]
     import tensorflow as tf
 
     gpus = tf.config.list_logical_devices("GPU")

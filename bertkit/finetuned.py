@@ -76,7 +76,11 @@ class FineTunedModel:
 
     @property
     def buckets(self) -> tuple:
-        return tuple(self.description["bucket_lengths"])
+        """The widths this model's inference batches are padded to (see `padding_lengths`)."""
+        from bertkit.batching import compiles_each_shape, padding_lengths
+
+        return padding_lengths(tuple(self.description["bucket_lengths"]),
+                               compiles_each_shape(self.model))
 
     def predict(self, inputs, batch_size: int | None = None, *,
                 errors: str = "raise") -> list[dict]:

@@ -6,6 +6,7 @@ import numpy as np
 
 from bertkit.batching import fill_rows, inference_batches, pad_batch
 from bertkit.distribution import devices_sharing_a_batch
+from bertkit.multi_process import predict_global_batch
 from bertkit.task import Features
 
 
@@ -24,7 +25,7 @@ def predict_rows(task, model, features: Features, batch_size: int, buckets,
     for rows in inference_batches(lengths, batch_size):
         batch = pad_batch(features, fill_rows(rows, devices), buckets)
         inputs, _, _ = task.make_batch(batch, training=False, rng=None)
-        result = model.predict_on_batch(inputs)
+        result = predict_global_batch(model, inputs)
         if not isinstance(result, dict):
             result = {"logits": result}
         if len(rows) < len(batch["row_index"]):  # drop the filler rows

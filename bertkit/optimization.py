@@ -47,6 +47,20 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         fraction = ops.where(step < self.warmup_steps, warmup, decay)
         return self.peak_learning_rate * ops.clip(fraction, 0.0, 1.0)
 
+    def value_at(self, batch: int) -> float:
+        """The rate at `batch` as a Python float: `__call__` without a tensor op, for logs.
+
+        Example:
+            >>> WarmupLinearDecay(1.0, 2, 10, steps_per_update=4).value_at(8)
+            1.0
+        """
+        step = batch // self.steps_per_update
+        if step < self.warmup_steps:
+            fraction = step / max(self.warmup_steps, 1)
+        else:
+            fraction = (self.total_steps - step) / max(self.total_steps - self.warmup_steps, 1)
+        return self.peak_learning_rate * min(max(fraction, 0.0), 1.0)
+
     def get_config(self):
         return {"peak_learning_rate": self.peak_learning_rate,
                 "warmup_steps": self.warmup_steps, "total_steps": self.total_steps,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import sys
@@ -35,6 +36,10 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
     An interrupted run (Ctrl-C, kill) resumes from its last finished epoch when
     called again with the same recipe and output directory.
 
+    Called in every process of a multi-process job (after `keras.distribution.
+    initialize` or `bertkit.multi_process.start_processes`), the processes train
+    together; process 0 alone writes the run directory (see `bertkit.multi_process`).
+
     Example:
         >>> import bertkit
         >>> model = bertkit.finetune("recipes/quickstart.yaml",
@@ -42,6 +47,11 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         >>> model.predict(["What a delight."])[0]["label"]  # doctest: +SKIP
         'positive'
     """
+    from bertkit.multi_process import (
+        process_zero_decides,
+        quiet_unless_writer,
+        writes_run_directory,
+    )
     from bertkit.phases import Phases
 
     phases = Phases()
@@ -52,20 +62,32 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
             raise UserError("file not found", source=features)
         run = RunDirectory(recipe.output_dir)
         fresh = overwrite or run.is_empty()
-    with run.lock():
+        writes = writes_run_directory()
+    with contextlib.ExitStack() as held, quiet_unless_writer():
         with phases("recipe"):
-            resuming = run.prepare(recipe.to_yaml(), overwrite)
+            resuming = bool(process_zero_decides(
+                lambda: _open_run(held, run, recipe.to_yaml(), overwrite)))
         try:
             finetuned = _Trainer(recipe, run, resuming, verbose, features, phases,
                                  callbacks).execute()
         except UserError:
+            if not writes:
+                raise
             if run.replaced_dir.is_dir():
                 run.restore_replaced()  # the run --overwrite was to replace comes back
             elif fresh and not run.metrics_file.exists():
                 shutil.rmtree(run.path)  # nothing trained yet: leave no half-made run behind
             raise
-        run.drop_replaced()
+        if writes:
+            run.drop_replaced()
     return finetuned
+
+
+def _open_run(held: contextlib.ExitStack, run: RunDirectory, recipe_yaml: str,
+              overwrite: bool) -> bool:
+    """Locks the run directory (until `held` closes) and prepares it; True when resuming."""
+    held.enter_context(run.lock())
+    return run.prepare(recipe_yaml, overwrite)
 
 
 def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
@@ -198,7 +220,10 @@ class _Trainer:
 
     def __init__(self, recipe: Recipe, run: RunDirectory, resuming: bool, verbose, features,
                  phases, callbacks=None):
+        from bertkit.multi_process import writes_run_directory
+
         self.phases = phases
+        self.writes = writes_run_directory()  # False in the processes but the first
         self.extra_callbacks = list(callbacks or ())
         self.recipe, self.run, self.resuming = recipe, run, resuming
         self.training = recipe.training
@@ -224,7 +249,8 @@ class _Trainer:
         import keras
 
         from bertkit.backbone import save_architecture
-        from bertkit.batching import TrainingBatches
+        from bertkit.batching import TrainingBatches, padding_lengths
+        from bertkit.callbacks import load_model_weights
         from bertkit.distribution import devices_sharing_a_batch
         from bertkit.finetuned import FineTunedModel
         from bertkit.optimization import make_optimizer
@@ -245,26 +271,31 @@ class _Trainer:
 
         # ---- model
         with phases("build_model"):
+            jit_compile = jit_compile_setting(training.jit_compile)
+            pad_lengths = padding_lengths(buckets, compiles_each_shape=bool(jit_compile)
+                                          or keras.backend.backend() == "jax")
             batches = TrainingBatches(task, data.train_features, training.batch_size, buckets,
                                       training.seed, training.batch_order,
                                       training.micro_batches,
-                                      row_multiple=devices_sharing_a_batch())
+                                      row_multiple=devices_sharing_a_batch(),
+                                      pad_lengths=pad_lengths)
             model = task.build_model(data.pretrained.backbone)
             task.initialize_head(model, data.pretrained.checkpoint_tensors())
             model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
                           weighted_metrics=task.metrics(),  # Keras: plain `metrics` get no weights
-                          jit_compile=jit_compile_setting(training.jit_compile))
+                          jit_compile=jit_compile)
             # Without a tf.distribute strategy Keras builds the optimizer inside the first
             # traced step; the slot variables it creates there make TensorFlow trace the
             # whole training step a second time. Built here, the step is traced once.
             model.optimizer.build(model.trainable_variables)
-            save_architecture(data.pretrained, self.run.model_dir)
-            write_json(self.run.task_file, description)
+            if self.writes:
+                save_architecture(data.pretrained, self.run.model_dir)
+                write_json(self.run.task_file, description)
 
         # ---- fit: its steps and evaluations are timed apart; `fit_overhead` is the rest
         # (Keras' set-up, checkpoints, TensorBoard logs, the metrics file)
         validation = _Validation(task, data.validation, data.validation_features,
-                                 eval_batch_size, buckets, phases) if data.validation else None
+                                 eval_batch_size, pad_lengths, phases) if data.validation else None
         parts = ("first_step", "train_steps", "evaluation")
         before = phases.total(parts)
         with phases("fit_overhead"):
@@ -273,7 +304,7 @@ class _Trainer:
 
         # ---- best weights, calibration, final evaluation, report, export
         with phases("final_evaluation"):
-            model.load_weights(self.run.weights_file)
+            load_model_weights(model, self.run.weights_file)
             final = {}
             if validation:
                 final["validation"], description = self._calibrate(validation, model,
@@ -281,6 +312,8 @@ class _Trainer:
             finetuned = FineTunedModel(self.run, task, model, description)
             if recipe.data.test and not self.features_file:
                 final["test"] = finetuned.evaluate(recipe.data.test, eval_batch_size)
+        if not self.writes:
+            return finetuned
         with phases("report"):
             self._write_results(history, final, time.time() - started, data)
             task.write_artifacts(data.pretrained.backbone, self.run.path)
@@ -328,25 +361,28 @@ class _Trainer:
         if update:
             task.state = {**task.state, **update}
             description = {**description, "state": task.state}
-            write_json(self.run.task_file, description)
+            if self.writes:
+                write_json(self.run.task_file, description)
             predictions = validation.decode(outputs)
-        task.write_predictions(validation.examples, predictions, self.run.path)
+        if self.writes:
+            task.write_predictions(validation.examples, predictions, self.run.path)
         self.validation_predictions = predictions  # for the report's error analysis
         return task.evaluate(validation.examples, predictions), description
 
     def _fit(self, model, task, batches, validation) -> tuple[list[dict], int | None]:
         """Keras `fit` with the run's callbacks; the history and the best epoch."""
-        import keras
 
         from bertkit.callbacks import (
             AtomicBackupAndRestore,
             Evaluate,
             SetEpoch,
+            StepTensorBoard,
             StopOnNonFiniteLoss,
             TimeSteps,
             TrackRun,
         )
         from bertkit.export import tensorflow_available
+        from bertkit.multi_process import wait_for_all
 
         if self.resuming and read_json(self.run.run_file).get("trained"):
             # Killed after training (final evaluation, export): the best weights are saved.
@@ -358,24 +394,29 @@ class _Trainer:
         if initial_epoch and self.run.metrics_file.exists():
             history = read_json(self.run.metrics_file)["epochs"][:initial_epoch]
         monitor, mode = (f"val_{task.monitor}", task.mode) if validation else ("loss", "min")
+        writes = self.writes
         callbacks = [SetEpoch(batches), StopOnNonFiniteLoss(self.training.learning_rate),
-                     TimeSteps(self.phases), *self._progress_callbacks(len(batches))]
+                     TimeSteps(self.phases)]
+        if writes:
+            callbacks += self._progress_callbacks(len(batches))
         if validation:
             callbacks.append(Evaluate(validation.evaluate, "evaluating on the validation split"))
         tracker = TrackRun(self.run, monitor, mode, self.training.early_stopping_patience,
-                           history, on_best=validation and validation.keep_latest)
+                           history, on_best=validation and validation.keep_latest, writes=writes)
         callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir),
-                                                      delete_checkpoint=False)]
+                                                      writes=writes, delete_checkpoint=False)]
         callbacks += self.extra_callbacks  # after Evaluate and TrackRun: the epoch is recorded
-        if tensorflow_available():  # Keras writes TensorBoard logs with tf.summary, any backend
-            callbacks.append(keras.callbacks.TensorBoard(
+        if writes and tensorflow_available():  # Keras logs TensorBoard with tf.summary, any backend
+            callbacks.append(StepTensorBoard(
                 str(self.run.logs_dir), profile_batch=0, update_freq=log_every(len(batches))))
         if initial_epoch:
             print(f"resuming {self.run.path} after epoch {initial_epoch}", file=sys.stderr)
         model.fit(batches.as_dataset(), epochs=self.training.epochs, callbacks=callbacks,
-                  verbose=self.verbose, shuffle=False)  # batches are shuffled per epoch
-        self.run.set_status(RUNNING, trained=True)  # then the checkpoint is no longer needed
-        shutil.rmtree(self.run.checkpoint_dir, ignore_errors=True)
+                  verbose=self.verbose if writes else 0, shuffle=False)  # shuffled per epoch
+        if writes:
+            self.run.set_status(RUNNING, trained=True)  # then the checkpoint is not needed
+            shutil.rmtree(self.run.checkpoint_dir, ignore_errors=True)
+        wait_for_all("trained")  # the others then read the best weights process 0 saved
         best = tracker.best()
         return tracker.history, best and best["epoch"]
 

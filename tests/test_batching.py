@@ -3,7 +3,13 @@
 import numpy as np
 import pytest
 
-from bertkit.batching import TrainingBatches, bucket_lengths, epoch_batches, padded_length
+from bertkit.batching import (
+    TrainingBatches,
+    bucket_lengths,
+    epoch_batches,
+    padded_length,
+    padding_lengths,
+)
 from bertkit.task import Features
 
 BUCKETS = bucket_lengths(128)  # (16, 32, 64, 128)
@@ -72,3 +78,33 @@ def test_training_batches_length_matches_every_epoch_plan():
         assert len(batches) == len(plan)
         widths = [batch["token_ids"].shape[1] for batch, _ in batches]
         assert widths == [padded_length(int(lengths[rows].max()), BUCKETS) for rows in plan]
+
+
+def test_pad_lengths_change_the_padding_not_the_rows_of_a_batch():
+    lengths = corpus_lengths(rows=333)
+    features = Features(columns={"token_ids": [np.ones(n, np.int32) for n in lengths]},
+                        example_index=np.arange(len(lengths)))
+
+    class Passthrough:
+        def make_batch(self, batch, training, rng):
+            return batch, np.zeros(len(batch["row_index"])), None
+
+    def steps(order, micro_batches, pad_lengths=None):
+        return [step[0] for step in TrainingBatches(
+            Passthrough(), features, 32, BUCKETS, seed=0, order=order,
+            micro_batches=micro_batches, pad_lengths=pad_lengths)]
+
+    def batches_rows(plan, parts):  # the rows of each batch, whatever its parts
+        return [sorted(np.concatenate([b["row_index"] for b in plan[i:i + parts]]).tolist())
+                for i in range(0, len(plan), parts)]
+
+    fine = padding_lengths(BUCKETS, compiles_each_shape=False)
+    for order, parts in (("length_buckets", 1), ("random", 4)):
+        bucketed, padded = steps(order, parts), steps(order, parts, fine)
+        assert batches_rows(padded, parts) == batches_rows(bucketed, parts)
+        for batch in padded:
+            longest = int(lengths[batch["row_index"]].max())
+            assert batch["token_ids"].shape[1] == min(-(-longest // 8) * 8, 128)
+    # micro-batches of random batches are cut by length: there the finer padding pays
+    tokens = [sum(b["token_ids"].size for b in plan) for plan in (padded, bucketed)]
+    assert tokens[0] < 0.95 * tokens[1]

@@ -59,6 +59,26 @@ def test_learns_and_writes_the_run_directory(run):
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"
 
 
+def test_the_kept_model_file_has_no_optimizer_state(run):
+    tmp_path, _ = run
+    import h5py
+
+    with h5py.File(tmp_path / "run" / "model" / "model.weights.h5", "r") as weights:
+        assert "optimizer" not in weights and "layers" in weights
+    assert not (tmp_path / "run" / "checkpoint").exists()  # training's backup is removed
+
+
+def test_tensorboard_logs_the_recorded_steps(run):
+    tmp_path, _ = run
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logs = EventAccumulator(str(tmp_path / "run" / "logs" / "train")).Reload()
+    every = json.loads((tmp_path / "run" / "steps.json").read_text())["every"]
+    steps = [event.step for event in logs.Tensors("batch_loss")]
+    assert steps and all(step % every == 0 for step in steps)
+    assert [e.step for e in logs.Tensors("batch_learning_rate")] == steps
+
+
 def test_loaded_model_predicts_like_the_trained_one(run):
     tmp_path, trained = run
     loaded = bertkit.load(tmp_path / "run")

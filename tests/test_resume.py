@@ -87,11 +87,11 @@ def test_checkpoint_files_are_replaced_whole(tmp_path, monkeypatch):
     save_weights_atomically(model, target)
     before = target.read_bytes()
 
-    def killed_mid_write(self, path, *args, **kwargs):
+    def killed_mid_write(model, path, *args, **kwargs):
         Path(path).write_bytes(b"half")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(keras.Model, "save_weights", killed_mid_write)
+    monkeypatch.setattr(keras.saving, "save_weights", killed_mid_write)
     with pytest.raises(KeyboardInterrupt):
         save_weights_atomically(model, target)
     assert target.read_bytes() == before  # the last good checkpoint is untouched

@@ -1,0 +1,273 @@
+"""Training over several processes, on one machine or many: JAX only.
+
+Every process runs the same command on the same recipe (`bertkit finetune
+RECIPE --coordinator HOST:PORT --num-processes N --process-id I`, or Keras's
+`KERAS_DISTRIBUTION_JOB_ADDRESSES`, `_NUM_PROCESSES` and `_PROCESS_ID`), which
+starts JAX's distributed runtime (`start_processes`) before anything is built.
+The run then trains data parallel over the devices of all processes
+(`keras.distribution.DataParallel` over `jax.devices()`), the gradients summed
+by XLA across processes: on CPU through gloo, JAX's default CPU collectives.
+
+- **Data.** `batch_size` is the global batch. Each batch (filled to a multiple
+  of the device count with rows of weight 0, see `bertkit.batching.fill_rows`)
+  is cut into as many equal consecutive shares as there are processes; process
+  `p` pads and feeds share `p` only (`process_share`), padded to the width of
+  the whole batch so that all shares have one shape.
+- **Files.** Process 0 alone writes the run directory (its lock, checkpoints,
+  metrics, report, SavedModel) and prints progress. The other processes read
+  process 0's files: on resume its checkpoint, after training its best weights.
+  The run directory must therefore be on a filesystem every machine shares.
+- **Agreement.** Process 0 decides whether the run starts or resumes and tells
+  the others (`process_zero_decides`); every process evaluates the validation
+  split (each feeding its share, all receiving every output, see
+  `predict_global_batch`), so all choose the same best epoch and stop together.
+- **Failures.** A process that dies is noticed by the others when a collective
+  breaks, or at the latest after `heartbeat_timeout` seconds without its
+  heartbeat: they end with an error instead of waiting forever. Running the
+  same commands again resumes from process 0's last checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import weakref
+
+from bertkit.errors import UserError
+
+DEFAULT_HEARTBEAT_TIMEOUT = 60  # seconds; JAX's default (100) leaves a stalled job longer
+SHUTDOWN_TIMEOUT = 600  # seconds the others wait at exit while process 0 exports
+_ENVIRONMENT = {"coordinator": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+                "num_processes": "KERAS_DISTRIBUTION_NUM_PROCESSES",
+                "process_id": "KERAS_DISTRIBUTION_PROCESS_ID"}
+
+
+def start_processes(coordinator: str | None = None, num_processes: int | None = None,
+                    process_id: int | None = None,
+                    heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT) -> bool:
+    """Joins this process to a multi-process job; False when none is asked for.
+
+    Each argument not given is read from its `KERAS_DISTRIBUTION_*` variable
+    (as `keras.distribution.initialize` does). Call it before any JAX
+    computation. Raises a `UserError` naming the option for a missing or
+    inconsistent setting, and on the TensorFlow backend.
+    """
+    import keras
+
+    settings = _settings(coordinator, num_processes, process_id)
+    if keras.backend.backend() == "tensorflow":
+        check_tensorflow_config()
+    if settings is None:
+        return False
+    if keras.backend.backend() != "jax":
+        raise_tensorflow_multi_worker_error("--num-processes")
+    coordinator, num_processes, process_id = settings
+    import jax
+
+    # What `keras.distribution.initialize` does, with timeouts of our choosing; its
+    # other step (a seed agreed between processes) is not needed: a run seeds itself.
+    jax.distributed.initialize(coordinator_address=coordinator.split(",")[0],
+                               num_processes=num_processes, process_id=process_id,
+                               heartbeat_timeout_seconds=heartbeat_timeout,
+                               shutdown_timeout_seconds=SHUTDOWN_TIMEOUT)
+    return True
+
+
+def _settings(coordinator, num_processes, process_id):
+    """(coordinator, num_processes, process_id) from arguments and environment, or None."""
+    given = {"coordinator": coordinator, "num_processes": num_processes,
+             "process_id": process_id}
+    for name, variable in _ENVIRONMENT.items():
+        if given[name] is None and os.environ.get(variable):
+            given[name] = _parse(name, os.environ[variable], variable)
+    if all(value is None for value in given.values()):
+        return None
+    if given["num_processes"] == 1 and given["process_id"] in (None, 0):
+        return None  # one process: nothing to join
+    for name, value in given.items():
+        if value is None:
+            raise UserError(f"a job of several processes needs --{_option(name)} (or "
+                            f"{_ENVIRONMENT[name]})", key=f"--{_option(name)}")
+    if not 0 <= given["process_id"] < given["num_processes"]:
+        raise UserError(f"expected 0 to {given['num_processes'] - 1} for "
+                        f"{given['num_processes']} processes, got {given['process_id']}",
+                        key="--process-id")
+    return given["coordinator"], given["num_processes"], given["process_id"]
+
+
+def _parse(name: str, text: str, source: str):
+    if name == "coordinator":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise UserError(f"expected a whole number, got {text!r}", key=source) from None
+
+
+def _option(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def raise_tensorflow_multi_worker_error(what: str) -> None:
+    """The one line for multi-process training asked of the TensorFlow backend."""
+    raise UserError("training over several processes needs the JAX backend "
+                    "(KERAS_BACKEND=jax): TensorFlow's MultiWorkerMirroredStrategy does not "
+                    "train Keras 3 models (keras-team/keras#20585)", key=what)
+
+
+def check_tensorflow_config() -> None:
+    """Refuses a `TF_CONFIG` that lists several workers, on the TensorFlow backend."""
+    text = os.environ.get("TF_CONFIG")
+    if not text:
+        return
+    try:
+        cluster = json.loads(text).get("cluster", {})
+    except (json.JSONDecodeError, AttributeError):
+        raise UserError("not a JSON object", key="TF_CONFIG") from None
+    if sum(len(tasks) for tasks in cluster.values()) > 1:
+        raise_tensorflow_multi_worker_error("TF_CONFIG")
+
+
+def process_count() -> int:
+    """How many processes train together (1 without a distributed runtime)."""
+    import keras
+
+    if keras.backend.backend() != "jax":
+        return 1
+    import jax
+
+    return jax.process_count()
+
+
+def process_index() -> int:
+    """This process's index among those training together (0: the one that writes)."""
+    import keras
+
+    if keras.backend.backend() != "jax":
+        return 0
+    import jax
+
+    return jax.process_index()
+
+
+def writes_run_directory() -> bool:
+    """True in the process that writes the run directory and prints progress."""
+    return process_index() == 0
+
+
+def process_share(count: int) -> slice:
+    """This process's consecutive part of `count` rows (a multiple of the process count).
+
+    Example:
+        >>> process_share(8)  # one process: all rows
+        slice(0, 8, None)
+    """
+    size = count // process_count()
+    return slice(process_index() * size, (process_index() + 1) * size)
+
+
+def process_zero_decides(decide):
+    """`decide()` run in process 0, its result (an int) given to every process.
+
+    When process 0 raises a `UserError` the others raise one too, pointing at
+    process 0's output, instead of waiting for it.
+    """
+    if process_count() == 1:
+        return decide()
+    from jax.experimental import multihost_utils
+
+    failed = -1
+    try:
+        result = int(decide()) if writes_run_directory() else 0
+    except UserError:
+        multihost_utils.broadcast_one_to_all(failed)
+        raise
+    result = int(multihost_utils.broadcast_one_to_all(result))
+    if result == failed:
+        raise UserError("process 0 stopped with an error; see its output")
+    return result
+
+
+def wait_for_all(name: str) -> None:
+    """Blocks until every process reaches the point named `name` (e.g. after a file is written)."""
+    if process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+@contextlib.contextmanager
+def quiet_unless_writer():
+    """A context in which only process 0 prints to stdout (progress, metrics, phases)."""
+    if writes_run_directory():
+        yield
+        return
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+        yield
+
+
+@contextlib.contextmanager
+def outside_distribution():
+    """A context without Keras's distribution, for what one process does alone (saving).
+
+    Keras's `save_weights` builds a throwaway optimizer to learn which attributes
+    to skip; under a distribution over several processes its variables are placed
+    on every process's devices, a collective step the other processes never join
+    (JAX then fails, or waits). The model's own variables are replicated on every
+    device, so the saving process reads each from its local replica all the same.
+    """
+    import keras
+
+    kept = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    try:
+        yield
+    finally:
+        keras.distribution.set_distribution(kept)
+
+
+def predict_global_batch(model, inputs: dict):
+    """`model.predict_on_batch(inputs)`; across processes, each feeds its share of `inputs`
+    and receives the outputs of every row.
+
+    Keras's `predict_on_batch` returns NumPy arrays, which a batch sharded over
+    other processes' devices cannot become; here the jitted call returns its
+    outputs replicated on every device, so each process can read them all.
+    """
+    if process_count() == 1:
+        return model.predict_on_batch(inputs)
+    import jax
+    import keras
+    import numpy as np
+
+    distribution = keras.distribution.distribution()
+    share = process_share(len(next(iter(inputs.values()))))
+    arrays = {name: jax.make_array_from_process_local_data(
+        distribution.get_data_layout(np.shape(value)).backend_layout, np.asarray(value)[share])
+        for name, value in inputs.items()}
+    trainable = [variable.value for variable in model.trainable_variables]
+    non_trainable = [variable.value for variable in model.non_trainable_variables]
+    outputs = _replicated_call(model)(trainable, non_trainable, arrays)
+    return jax.tree.map(np.asarray, outputs)
+
+
+_REPLICATED_CALLS = weakref.WeakKeyDictionary()  # model -> its jitted inference call
+
+
+def _replicated_call(model):
+    """The model's inference call, jitted once per model, its outputs on every device."""
+    call = _REPLICATED_CALLS.get(model)
+    if call is None:
+        import jax
+        import keras
+
+        mesh = keras.distribution.distribution().device_mesh.backend_mesh
+        replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+        def infer(trainable, non_trainable, inputs):
+            outputs, _ = model.stateless_call(trainable, non_trainable, inputs, training=False)
+            return outputs
+
+        call = _REPLICATED_CALLS[model] = jax.jit(infer, out_shardings=replicated)
+    return call

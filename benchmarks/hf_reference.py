@@ -266,9 +266,9 @@ def train(model, rows, collator, args, after_epoch=None) -> dict:
 
 
 def make_optimizer(model, args, total_steps: int):
-    """AdamW (bertkit's epsilon) and the linear warmup-then-decay schedule."""
+    """AdamW (`--adam-epsilon`) and the linear warmup-then-decay schedule."""
     optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay),
-                                  lr=args.learning_rate, eps=1e-6)
+                                  lr=args.learning_rate, eps=args.adam_epsilon)
     schedule = transformers.get_linear_schedule_with_warmup(
         optimizer, int(args.warmup_ratio * total_steps), total_steps)
     return optimizer, schedule
@@ -569,6 +569,7 @@ def main():
         command.add_argument("--warmup-ratio", type=float, default=0.1)
         command.add_argument("--weight-decay", type=float, default=0.01)
         command.add_argument("--max-grad-norm", type=float, default=1.0)
+        command.add_argument("--adam-epsilon", type=float, default=1e-6)
         command.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
 

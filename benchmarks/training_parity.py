@@ -59,7 +59,7 @@ def train_bertkit(args, checkpoint: Path, train_file: Path, dev_file: Path, out:
     from bertkit_tasks.tagging.conlleval import evaluate
 
     recipe = load_recipe({
-        "schema": 1, "task": {"name": "tagging", "dropout": 0.0, "decoding": "argmax"},
+        "schema": 1, "task": {"name": "tagging", "dropout": args.dropout, "decoding": "argmax"},
         "backbone": {"preset": str(checkpoint), "sequence_length": args.sequence_length},
         "data": {"train": str(train_file), "format": "conll"},
         "training": {"epochs": args.epochs, "batch_size": args.batch_size,
@@ -119,12 +119,16 @@ def main():
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--sequence-length", type=int, default=128)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--dropout", type=float, default=0.0,
+                        help="0: dropout off everywhere (the default); else the head's rate, "
+                             "with the checkpoint's own rates in the backbone (0.1)")
     args = parser.parse_args()
 
     from bertkit_tasks.tagging.conlleval import evaluate
 
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-parity-"))
-    checkpoint = without_dropout(workdir / "checkpoint")
+    checkpoint = (without_dropout(workdir / "checkpoint") if args.dropout == 0
+                  else preset_folder())
     train_file, dev_file = workdir / "train.txt", args.data / "conll2003" / "dev.txt"
     write_first_sentences(args.data / "conll2003" / "train.txt", train_file, args.train_size)
     ours = train_bertkit(args, checkpoint, train_file, dev_file, workdir)
@@ -138,8 +142,8 @@ def main():
     theirs_f1 = evaluate(gold, theirs["dev_tags"])["f1"]
 
     print(f"\n{args.train_size} sentences x {args.epochs} epochs, batch {args.batch_size} in "
-          f"{args.micro_batches} micro-batches, lr {args.learning_rate}, dropout off, "
-          "same head and batches")
+          f"{args.micro_batches} micro-batches, lr {args.learning_rate}, "
+          f"{'dropout off' if args.dropout == 0 else 'dropout on'}, same head and batches")
     print(f"{'micro-batch':>11} {'bertkit loss':>13} {'transformers':>13}")
     count = len(ours["losses"])
     for step in sorted({*range(0, count, max(1, count // 16)), count - 1}):

@@ -8,7 +8,7 @@ import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.tabular import detect_format, read_rows
-from bertkit.task import DataFiles, Features, Task, string_inputs
+from bertkit.task import DataFiles, Features, Task, head_initializer, string_inputs
 from bertkit_tasks.classification.metrics import confusion_matrix, macro_f1, matthews_corrcoef
 
 
@@ -96,7 +96,7 @@ class ClassificationTask(Task):
         x = keras.layers.Dropout(self.options.dropout, name="classifier_dropout")(pooled)
         logits = keras.layers.Dense(
             len(self.labels), name="classifier",
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02))(x)
+            kernel_initializer=head_initializer())(x)
         return keras.Model(backbone.input, logits, name="bert_classifier")
 
     def loss(self):

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.task import DataFiles, Features, Task, string_inputs
+from bertkit.task import DataFiles, Features, Task, head_initializer, string_inputs
 from bertkit.tokenizer import split_rows, tokenize_in_chunks
 from bertkit_tasks.mlm.fill_mask import encode_queries, mask_positions
 from bertkit_tasks.mlm.masking import (
@@ -212,7 +212,7 @@ class MaskedLMTask(Task):
         import keras_hub
 
         mask_positions = keras.Input(shape=(None,), dtype="int32", name="mask_positions")
-        initializer = keras.initializers.TruncatedNormal(stddev=0.02)
+        initializer = head_initializer()
         mlm_head = keras_hub.layers.MaskedLMHead(
             token_embedding=backbone.token_embedding,  # tied output projection
             intermediate_activation=backbone.transformer_layers[0].activation,  # its GELU

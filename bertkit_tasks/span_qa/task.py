@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.task import Features, Task, string_inputs
+from bertkit.task import Features, Task, head_initializer, string_inputs
 from bertkit_tasks.span_qa.squad import QAExample, read_squad
 
 _field = dataclasses.field
@@ -148,7 +148,7 @@ class SpanQATask(Task):
         sequence = backbone.output["sequence_output"]  # (batch, seq, hidden)
         logits = keras.layers.Dense(
             2, name="span_logits",
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02))(sequence)
+            kernel_initializer=head_initializer())(sequence)
         padding = ops.cast(ops.expand_dims(backbone.input["padding_mask"], -1), "float32")
         logits = ops.cast(logits, "float32") + (1.0 - padding) * _MASKED_LOGIT  # (b, seq, 2)
         return keras.Model(backbone.input, logits, name="bert_span_qa")

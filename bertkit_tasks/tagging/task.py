@@ -38,7 +38,7 @@ import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.files import kind_from_name
-from bertkit.task import DataFiles, Features, Task, string_inputs
+from bertkit.task import DataFiles, Features, Task, head_initializer, string_inputs
 from bertkit.windows import max_context_windows, word_windows
 from bertkit_tasks.tagging.conll import read_conll, read_tagged_jsonl
 from bertkit_tasks.tagging.conlleval import evaluate as conll_evaluate
@@ -205,7 +205,7 @@ class TaggingTask(Task):
         x = keras.layers.Dropout(self.options.dropout, name="tagger_dropout")(sequence)
         logits = keras.layers.Dense(  # (batch, seq, num_labels)
             len(self.labels), name="tagger",
-            kernel_initializer=keras.initializers.TruncatedNormal(stddev=0.02))(x)
+            kernel_initializer=head_initializer())(x)
         return keras.Model(backbone.input, logits, name="bert_tagger")
 
     def loss(self):

@@ -10,7 +10,8 @@ a plain PyTorch loop (the `Trainer` needs `accelerate`, which the venv does not 
 AdamW (no weight decay on biases and LayerNorm weights), linear warmup then linear decay
 (`get_linear_schedule_with_warmup`), gradient clipping by global norm, a shuffled
 `DataLoader` and dynamic padding to each batch's longest row (the data collators). Adam's
-epsilon is 1e-6, bertkit's value (HF's default is 1e-8), so the optimizers are the same.
+epsilon is `--adam-epsilon`, by default 1e-6, bertkit's value (HF's default is 1e-8), so the
+optimizers are the same.
 
     ner: `BertForTokenClassification`. Words are tokenized with `is_split_into_words=True`,
          truncated to `--max-length` tokens as run_ner does (words past the cut get no

@@ -22,6 +22,10 @@ seed 1): the losses of all 256 micro-batches agree to 3.6e-6, dev F1 0.4415 agai
 of 51,362 dev words tagged differently: bertkit reads long sentences in windows, the reference
 cuts them at 128 pieces).
 
+With `--dropout 0.1` both keep the checkpoint's dropout (and the head's) on: the same head and
+batches, different masks. On 4,000 sentences (seed 2) the losses stayed within 1e-3 through
+the first epoch and the dev F1 was 0.7474 against 0.7502.
+
     python benchmarks/training_parity.py --python /tmp/hfenv/bin/python
 """
 

@@ -21,6 +21,7 @@ from bertkit.errors import UserError
 def export_saved_model(task, model, directory, metadata: dict) -> Path:
     """Writes `directory` with a `serving_default` signature of `task.serve`."""
     import keras
+    import tensorflow as tf
 
     if keras.backend.backend() != "tensorflow":
         raise UserError("SavedModel export needs the TensorFlow backend "
@@ -32,13 +33,17 @@ def export_saved_model(task, model, directory, metadata: dict) -> Path:
     if directory.exists() and any(directory.iterdir()):
         raise UserError("export folder exists and is not empty; choose another", source=directory)
     specs = task.serving_inputs()  # name -> tf.TensorSpec(name=name): the signature's keys
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.track(task.tokenizer.fast_tokenizer)
-    archive.track(task.tokenizer.normalizer)
-    archive.add_endpoint("serving_default", checked_serve(task, model, list(specs)),
-                         input_signature=[_any_shape(spec) for spec in specs.values()])
-    archive.write_out(str(directory), verbose=False)
+    serve = tf.function(checked_serve(task, model, list(specs)), autograph=False)
+    signature = serve.get_concrete_function(*(_any_shape(spec) for spec in specs.values()))
+    # `tf.saved_model.save` of a module holding only what `serve` reads: the weights
+    # and the tokenizer's resources. Keras' `ExportArchive` would also save `serve` as a
+    # restorable function, which TensorFlow traces again under its save context, and
+    # search the traced graphs for resources: together 1-2 s of a 4 s export.
+    exported = tf.Module()
+    exported.weights = [variable.value for variable in model.variables]
+    exported.tokenizer = task.tokenizer.fast_tokenizer
+    exported.normalizer = task.tokenizer.normalizer
+    tf.saved_model.save(exported, str(directory), signatures={"serving_default": signature})
     assets = directory / "assets"
     assets.mkdir(exist_ok=True)
     (assets / "bertkit.json").write_text(json.dumps(metadata, indent=2))

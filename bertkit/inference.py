@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
-from bertkit.batching import fill_rows, inference_batches, pad_batch
+from bertkit.batching import compiles_each_shape, fill_rows, inference_batches, pad_batch
 from bertkit.distribution import devices_sharing_a_batch
 from bertkit.multi_process import predict_global_batch
 from bertkit.task import Features
@@ -25,7 +27,7 @@ def predict_rows(task, model, features: Features, batch_size: int, buckets,
     for rows in inference_batches(lengths, batch_size):
         batch = pad_batch(features, fill_rows(rows, devices), buckets)
         inputs, _, _ = task.make_batch(batch, training=False, rng=None)
-        result = predict_global_batch(model, inputs)
+        result = _predict_batch(model, inputs)
         if not isinstance(result, dict):
             result = {"logits": result}
         if len(rows) < len(batch["row_index"]):  # drop the filler rows
@@ -42,6 +44,33 @@ def predict_rows(task, model, features: Features, batch_size: int, buckets,
         if progress is not None:
             progress(done)
     return outputs
+
+
+def _predict_batch(model, inputs: dict):
+    """`predict_on_batch`, or on TensorFlow's own kernels a call traced once for all shapes.
+
+    Keras' predict function retraces for a batch's second shape and once more for
+    a relaxed one: three traces, about a second of every run's first evaluation.
+    """
+    import keras
+
+    if keras.backend.backend() != "tensorflow" or compiles_each_shape(model):
+        return predict_global_batch(model, inputs)
+    import tensorflow as tf
+
+    if tf.distribute.has_strategy():  # Keras splits the batch over the replicas
+        return predict_global_batch(model, inputs)
+    call = _TRACED_CALLS.get(model)
+    if call is None:
+        signature = {name: tf.TensorSpec([None] * np.ndim(value), tf.as_dtype(
+            np.asarray(value).dtype), name=name) for name, value in inputs.items()}
+        call = tf.function(lambda batch: model(batch, training=False),
+                           input_signature=[signature], autograph=False)
+        _TRACED_CALLS[model] = call
+    return tf.nest.map_structure(np.asarray, call(inputs))
+
+
+_TRACED_CALLS = weakref.WeakKeyDictionary()  # model -> its inference call, traced once
 
 
 def predict_examples(task, model, examples: list, batch_size: int, buckets,

@@ -124,6 +124,29 @@ class BertAdamW(keras.optimizers.AdamW):
 
         return not tf.distribute.has_strategy()  # a strategy's replicas: Keras's own path
 
+    def _clip_gradients(self, grads):
+        """Global-norm clipping by the norm PyTorch clips by, that of the dense gradient.
+
+        On TensorFlow the word embeddings' gradient is sparse (`tf.IndexedSlices`),
+        one slice per token of the batch; Keras squares the slices one by one, so a
+        row seen several times (a batch's [CLS], common words) adds the sum of its
+        slices' squared norms instead of the squared norm of their sum, too little
+        (6 for 12 with two equal slices).
+        Here repeated rows are summed first, and the gradient stays sparse until the
+        update (not made dense twice and scaled over all 30k rows).
+        """
+        if keras.backend.backend() != "tensorflow" or not self.global_clipnorm:
+            return super()._clip_gradients(grads)
+        import tensorflow as tf
+
+        grads = [_summed_rows(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        parts = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(part)) for part in parts]))
+        scale = self.global_clipnorm * tf.minimum(1.0 / norm, 1.0 / self.global_clipnorm)
+        scale += norm - norm  # as Keras: NaN for a non-finite norm
+        return [tf.IndexedSlices(g.values * scale, g.indices, g.dense_shape)
+                if isinstance(g, tf.IndexedSlices) else g * scale for g in grads]
+
     def _fused_tensorflow_step(self, gradient, variable, learning_rate):
         """The update above as one `ResourceApplyAdam` kernel per weight, decay first.
 
@@ -153,6 +176,15 @@ class BertAdamW(keras.optimizers.AdamW):
             beta2_power=beta_2_power, lr=learning_rate, beta1=beta_1, beta2=beta_2,
             epsilon=tf.cast(self.epsilon, dtype) * tf.sqrt(1 - beta_2_power),
             grad=tf.cast(tf.convert_to_tensor(gradient), dtype))
+
+
+def _summed_rows(gradient):
+    """A sparse gradient with each row once (`tf.IndexedSlices` may repeat a row)."""
+    import tensorflow as tf
+
+    rows, position = tf.unique(gradient.indices)
+    values = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(rows)[0])
+    return tf.IndexedSlices(values, rows, gradient.dense_shape)
 
 
 def make_optimizer(training, steps_per_epoch: int) -> keras.optimizers.Optimizer:

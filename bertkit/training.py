@@ -254,6 +254,7 @@ class _Trainer:
         from bertkit.distribution import devices_sharing_a_batch
         from bertkit.finetuned import FineTunedModel
         from bertkit.optimization import make_optimizer
+        from bertkit.validation import ValidationSplit
 
         started = time.time()
         recipe, training, phases = self.recipe, self.training, self.phases
@@ -294,8 +295,10 @@ class _Trainer:
 
         # ---- fit: its steps and evaluations are timed apart; `fit_overhead` is the rest
         # (Keras' set-up, checkpoints, TensorBoard logs, the metrics file)
-        validation = _Validation(task, data.validation, data.validation_features,
-                                 eval_batch_size, pad_lengths, phases) if data.validation else None
+        validation = None
+        if data.validation:
+            validation = ValidationSplit(task, data.validation, data.validation_features,
+                                         eval_batch_size, pad_lengths, phases)
         parts = ("first_step", "train_steps", "evaluation")
         before = phases.total(parts)
         with phases("fit_overhead"):
@@ -440,52 +443,6 @@ class _Trainer:
             shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()
                               if isinstance(v, (int, float)))
             print(f"{split}: {shown}")
-
-
-@dataclasses.dataclass
-class _Validation:
-    """The validation split, featurized once and predicted after every epoch.
-
-    The outputs and predictions of the best epoch so far stay in memory (per-row
-    logits: small for classification and tagging, start/end logits per window for
-    span QA), so the end of the run calibrates and reports on them without
-    predicting the validation split again.
-    """
-
-    task: object
-    examples: list
-    features: object
-    batch_size: int
-    buckets: tuple
-    phases: object
-    latest: tuple | None = None  # (outputs, predictions) of the last evaluation
-    best: tuple | None = None  # (epoch, outputs, predictions) of the best epoch so far
-
-    def outputs(self, model) -> dict:
-        from bertkit.inference import predict_rows
-
-        return predict_rows(self.task, model, self.features, self.batch_size, self.buckets)
-
-    def decode(self, outputs: dict) -> list[dict]:
-        return self.task.decode(self.examples, self.features, outputs)
-
-    def evaluate(self, model) -> dict:
-        with self.phases("evaluation"):
-            outputs = self.outputs(model)
-            predictions = self.decode(outputs)
-            self.latest = (outputs, predictions)
-            return self.task.evaluate(self.examples, predictions)
-
-    def keep_latest(self, epoch: int) -> None:
-        """The last evaluation was epoch `epoch`'s, the best so far: keep its outputs."""
-        self.best, self.latest = (epoch, *self.latest), None
-
-    def best_outputs(self, epoch: int | None, model) -> tuple[dict, list[dict]]:
-        """Epoch `epoch`'s outputs and predictions: kept, or predicted with `model`."""
-        if self.best is not None and self.best[0] == epoch:
-            return self.best[1], self.best[2]
-        outputs = self.outputs(model)  # a resumed run whose best epoch was not in this process
-        return outputs, self.decode(outputs)
 
 
 def log_every(steps_per_epoch: int) -> int:

@@ -10,7 +10,7 @@ import bertkit
 import bertkit.inference
 from bertkit.phases import Phases
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
-from bertkit.training import _Validation
+from bertkit.validation import ValidationSplit
 
 EPOCHS = 3
 
@@ -60,10 +60,10 @@ def test_final_metrics_are_the_best_epochs_without_evaluating_again(tmp_path, mo
 
 
 class _Predicted:
-    """A `_Validation` whose model outputs are a counter: each prediction differs."""
+    """A `ValidationSplit` whose model outputs are a counter: each prediction differs."""
 
     def __init__(self):
-        self.validation = _Validation(None, [], None, 8, (8,), Phases())
+        self.validation = ValidationSplit(None, [], None, 8, (8,), Phases())
         self.count = 0
         self.validation.outputs = self.outputs
         self.validation.decode = lambda outputs: [outputs]

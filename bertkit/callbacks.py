@@ -217,7 +217,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     names that file: that replace is the commit, and older weight files are
     removed after it. A run resumes from the last committed pair. Overrides
     Keras' private `_save_model` and `_load_model`. With `writes=False` (the
-    processes but the first of a multi-process run) it only restores.
+    processes but the first of a multi-process run) it only restores. The last
+    epoch is not backed up (a second or two of writing weights and optimizer
+    state): a run killed after it resumes from the epoch before.
     """
 
     def __init__(self, backup_dir, writes: bool = True, **kwargs):
@@ -225,8 +227,9 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.writes = writes
 
     def _save_model(self):
-        if not self.writes:
-            return
+        last = (self.params or {}).get("epochs")
+        if not self.writes or (last is not None and self._current_epoch >= last):
+            return  # after the last epoch the run records itself trained: nothing to resume
         os.makedirs(self.backup_dir, exist_ok=True)
         name = f"epoch-{self._current_epoch}-batch-{self._last_batch_seen}.weights.h5"
         save_weights_atomically(self.model, Path(self.backup_dir) / name)

@@ -142,3 +142,21 @@ def test_backup_weights_and_epoch_are_committed_together(tmp_path, monkeypatch):
     assert epoch == 2 and np.array_equal(got[0], weights(trained)[0])
     assert [p.name for p in (tmp_path / "checkpoint").glob("*.weights.h5")] \
         == ["epoch-2-batch-0.weights.h5"]
+
+
+def test_the_last_epoch_is_not_backed_up(tmp_path):
+    import keras
+
+    from bertkit import callbacks
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    backup = callbacks.AtomicBackupAndRestore(str(tmp_path / "checkpoint"))
+    backup.set_model(model)
+    backup.set_params({"epochs": 2})
+    backup.on_epoch_end(0)
+    assert [p.name for p in (tmp_path / "checkpoint").glob("*.weights.h5")] == [
+        "epoch-1-batch-0.weights.h5"]
+    backup.on_epoch_end(1)  # training ends here: the run then records itself trained
+    assert [p.name for p in (tmp_path / "checkpoint").glob("*.weights.h5")] == [
+        "epoch-1-batch-0.weights.h5"]

@@ -193,15 +193,16 @@ class RecordedBatches(TrainingBatches):
         return made
 
 
-class RecordedModel:
-    """The model as `predict_rows` calls it, noting each batch's padded shape."""
+def inference_records(task, features, batch_size: int, pad_lengths) -> list[dict]:
+    """The padded shape of each batch `predict_rows` makes of `features`."""
+    from bertkit.batching import inference_batches, pad_batch
 
-    def __init__(self, model):
-        self.model, self.records = model, []
-
-    def predict_on_batch(self, inputs):
-        self.records.append(step_record(inputs["padding_mask"]))
-        return self.model.predict_on_batch(inputs)
+    records = []
+    for rows in inference_batches(features.lengths(), batch_size):
+        inputs, _, _ = task.make_batch(pad_batch(features, rows, pad_lengths), training=False,
+                                       rng=None)
+        records.append(step_record(inputs["padding_mask"]))
+    return records
 
 
 # ---- bertkit
@@ -216,6 +217,7 @@ def first_rows(features, count: int):
 
 def run_bertkit(recipe: dict, rows: int) -> dict:
     """Fits one epoch over the first `rows` feature rows; records of training and inference."""
+    from bertkit.batching import padding_lengths
     from bertkit.callbacks import SetEpoch
     from bertkit.inference import predict_rows
     from bertkit.optimization import make_optimizer
@@ -228,23 +230,26 @@ def run_bertkit(recipe: dict, rows: int) -> dict:
     data = TaskData.read(recipe)
     task, features = data.task, first_rows(data.train_features, rows)
     buckets = tuple(data.description["bucket_lengths"])
-    batches = RecordedBatches(task, features, training.batch_size, buckets, training.seed)
+    jit_compile = jit_compile_setting(training.jit_compile)
+    pad_lengths = padding_lengths(buckets, compiles_each_shape=bool(jit_compile)
+                                  or keras.backend.backend() == "jax")
+    batches = RecordedBatches(task, features, training.batch_size, buckets, training.seed,
+                              pad_lengths=pad_lengths)
     model = task.build_model(data.pretrained.backbone)
     task.initialize_head(model, data.pretrained.checkpoint_tensors())
     model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
-                  weighted_metrics=task.metrics(),
-                  jit_compile=jit_compile_setting(training.jit_compile))
+                  weighted_metrics=task.metrics(), jit_compile=jit_compile)
+    model.optimizer.build(model.trainable_variables)  # as finetune: the step is traced once
     clock = StepClock()
     with timed({}) as measured:
         model.fit(batches.as_dataset(), epochs=1, callbacks=[SetEpoch(batches), clock],
                   verbose=0, shuffle=False)
         train = [batches.records[step] | {"seconds": seconds}
                  for step, seconds in enumerate(clock.seconds())]
-        recorded = RecordedModel(model)
-        infer = functools.partial(predict_rows, task, recorded, features,
-                                  2 * training.batch_size, buckets)
+        infer = functools.partial(predict_rows, task, model, features,
+                                  2 * training.batch_size, pad_lengths)
         seconds = best_seconds(infer, repeats=1)  # after a warm-up pass (traces every shape)
-    inference = recorded.records[len(recorded.records) // 2:]  # the timed pass
+    inference = inference_records(task, features, 2 * training.batch_size, pad_lengths)
     return {"train_records": train, "inference_records": inference,
             "inference_seconds": seconds, "train_rows": len(features), **measured}
 

@@ -30,8 +30,14 @@ start-up (until torch and transformers are imported), the training loop, the per
 evaluations, the rest (loading, tokenizing, qa's evaluation) and exit.
 
 Both scores are shown (bertkit's best epoch's dev metric; the reference's last epoch, scored by
-bertkit's scorers) so that a fast run that learnt nothing is seen. The ratio is transformers'
-wall seconds / bertkit's (above 1: bertkit's command is faster).
+bertkit's scorers) so that a fast run that learnt nothing is seen.
+
+FLOP/s: bertkit's training batches are made again after its run (same recipe, seed and
+padding), their FLOPs counted as in throughput.py (6N + 12Lsd per padded token; "useful":
+real tokens only) and divided by `train_steps` (the steps after the first); the peak is the
+best float32 1024^2 matmul in TensorFlow or NumPy, measured before the runs.
+
+The ratio is transformers' wall seconds / bertkit's (above 1: bertkit's command is faster).
 
 Load: the machine is shared. `busy` is the CPUs other processes kept busy during each
 subprocess (common.timed; 0 = undisturbed) and the 1-minute load average is printed before
@@ -194,6 +200,29 @@ def run_reference(python: str, contest: Contest, workdir: Path) -> dict:
     return {**measured, "score": contest.score_reference(result), "phases": phases}
 
 
+def training_flops(recipe: dict) -> tuple[float, float]:
+    """(padded, useful) FLOPs of bertkit's training steps after the first, as `finetune`
+    batches `recipe` on TensorFlow's own kernels."""
+    from throughput import flops, model_shape, step_record
+
+    from bertkit.batching import TrainingBatches, padding_lengths
+    from bertkit.recipe import load_recipe
+    from bertkit.training import TaskData
+
+    loaded = load_recipe(recipe)
+    training, data = loaded.training, TaskData.read(loaded)
+    buckets = tuple(data.description["bucket_lengths"])
+    batches = TrainingBatches(data.task, data.train_features, training.batch_size, buckets,
+                              training.seed, training.batch_order, training.micro_batches,
+                              pad_lengths=padding_lengths(buckets, compiles_each_shape=False))
+    records = []
+    for epoch in range(training.epochs):
+        batches.set_epoch(epoch)
+        records += [step_record(batches.batch(step)[0]["padding_mask"])
+                    for step in range(len(batches))]
+    return flops(records[1:], model_shape(preset_folder()), training=True)
+
+
 def print_table(contest: Contest, ours: dict, reference: dict) -> None:
     print(f"\n{contest.name}")
     print(f"{'phase (wall seconds)':34} {'bertkit':>9} {'transformers':>13}")
@@ -209,6 +238,11 @@ def print_table(contest: Contest, ours: dict, reference: dict) -> None:
           f"{reference.get('other_cores_busy', '?'):>13}")
     print(f"whole-command ratio transformers / bertkit: "
           f"{reference['wall_seconds'] / ours['wall_seconds']:.2f}x")
+    if "train_gflops" in ours:
+        print(f"bertkit training: {ours['train_gflops']:.1f} GFLOP/s on padded tokens "
+              f"({ours['percent_of_peak']:.0f}% of the {ours['peak_gflops']:.0f} GFLOP/s matmul "
+              f"peak), {ours['useful_train_gflops']:.1f} on real tokens "
+              f"({ours['useful_percent_of_peak']:.0f}%)")
 
 
 def main():
@@ -224,11 +258,22 @@ def main():
                         help="run one contender (a check of the script, no ratio)")
     args = parser.parse_args()
 
+    from throughput import matmul_peaks
+
+    peak = max(matmul_peaks(1024).values())
+    print(f"matmul peak: {peak:.1f} GFLOP/s (float32 1024^2)")
     results = {}
     for name in args.tasks.split(","):
         workdir = Path(tempfile.mkdtemp(prefix=f"bertkit-whole-{name}-"))
         contest = TASKS[name](args, workdir)
         ours = run_bertkit(contest, workdir) if args.only != "transformers" else None
+        if ours:
+            padded, useful = training_flops(contest.recipe)
+            seconds = ours["phases"]["train_steps"]
+            ours |= {"peak_gflops": peak, "train_gflops": padded / seconds / 1e9,
+                     "useful_train_gflops": useful / seconds / 1e9,
+                     "percent_of_peak": 100 * padded / seconds / 1e9 / peak,
+                     "useful_percent_of_peak": 100 * useful / seconds / 1e9 / peak}
         reference = (run_reference(args.python, contest, workdir) if args.only != "bertkit"
                      else None)
         results[name] = {"budget": contest.name, "bertkit": ours, "transformers": reference}

@@ -19,6 +19,7 @@ activation the checkpoint declares on each encoder layer after loading.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import hashlib
@@ -136,14 +137,32 @@ def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
     # keras-hub's converter reads only the sizes: the segment count and the dropout
     # (keras-hub has one rate for hidden states and attention) come from the config too.
     try:
-        backbone = keras_hub.models.BertBackbone.from_preset(
-            str(hf_dir), num_segments=config.get("type_vocab_size", 2),
-            dropout=config.get("hidden_dropout_prob", 0.1))
+        with _no_random_initialization():
+            backbone = keras_hub.models.BertBackbone.from_preset(
+                str(hf_dir), num_segments=config.get("type_vocab_size", 2),
+                dropout=config.get("hidden_dropout_prob", 0.1))
     except (SafetensorError, OSError) as error:  # e.g. a truncated download
         raise UserError(f"cannot read the weights in '{path}' (truncated or corrupt "
                         f"model.safetensors?): {error}", source=source, key=_KEY) from None
     return PretrainedBackbone(backbone, WordPieceTokenizer(vocabulary, lowercase),
                               config.get("hidden_act", "gelu"), hf_dir)
+
+
+@contextlib.contextmanager
+def _no_random_initialization():
+    """keras-hub's `BertBackbone` draws every weight from a truncated normal before the
+    converter overwrites all of them (a weight the checkpoint lacks is an error, never
+    left as drawn): 22M draws, about a second of every run's start. Here the draw is
+    zeros, as transformers skips the initialization of weights it loads."""
+    import keras
+
+    draw = keras.initializers.TruncatedNormal.__call__
+    keras.initializers.TruncatedNormal.__call__ = (
+        lambda self, shape, dtype=None: keras.ops.zeros(shape, dtype))
+    try:
+        yield
+    finally:
+        keras.initializers.TruncatedNormal.__call__ = draw
 
 
 def _read_json_file(path: Path, source) -> dict:

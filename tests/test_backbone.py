@@ -136,3 +136,20 @@ def test_hugging_face_config_sets_segment_count_and_dropout(tmp_path):
     expected = state["embeddings.token_type_embeddings.weight"]
     np.testing.assert_array_equal(segments, expected)  # all three segment rows
     assert loaded.backbone.dropout == 0.2
+
+
+def test_loading_skips_the_random_draw_and_needs_every_weight(checkpoint, tmp_path):
+    import keras
+
+    folder, config, state = checkpoint
+    loaded = load_pretrained(str(folder), sequence_length=64)  # zeros drawn, all overwritten
+    embeddings = loaded.backbone.get_layer("token_embedding").embeddings
+    np.testing.assert_array_equal(np.asarray(embeddings),
+                                  state["embeddings.word_embeddings.weight"])
+    assert np.std(np.asarray(keras.initializers.TruncatedNormal(0.02)((1000,)))) > 0.01
+
+    partial = write_tiny_checkpoint(tmp_path / "partial", hidden_act="gelu")
+    save_file({name: value for name, value in state.items() if "pooler" not in name},
+              str(partial / "model.safetensors"))
+    with pytest.raises(UserError, match="cannot read the weights"):
+        load_pretrained(str(partial), sequence_length=64)  # never a zero pooler

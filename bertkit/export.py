@@ -19,7 +19,8 @@ from bertkit.errors import UserError
 
 
 def export_saved_model(task, model, directory, metadata: dict) -> Path:
-    """Writes `directory` with a `serving_default` signature of `task.serve`."""
+    """Writes `directory` with a `serving_default` signature of `task.serve`, then loads
+    it back and checks its answers (`verify_saved_model`)."""
     import keras
     import tensorflow as tf
 
@@ -44,10 +45,37 @@ def export_saved_model(task, model, directory, metadata: dict) -> Path:
     exported.tokenizer = task.tokenizer.fast_tokenizer
     exported.normalizer = task.tokenizer.normalizer
     tf.saved_model.save(exported, str(directory), signatures={"serving_default": signature})
+    verify_saved_model(directory, signature, list(specs))
     assets = directory / "assets"
     assets.mkdir(exist_ok=True)
     (assets / "bertkit.json").write_text(json.dumps(metadata, indent=2))
     return directory
+
+
+# Every built-in task takes these (span QA as question and context, MLM needs a [MASK]).
+_PROBES = ["[MASK]", "The film was [MASK] good , said Anna Smith in Paris .",
+           "Who wrote it ? [MASK] wrote it in 1990 ."]
+
+
+def verify_saved_model(directory, serve, names: list) -> None:
+    """Loads the written SavedModel and checks that it answers probe texts exactly as
+    `serve` (the traced function it was written from) does: a file that does not load,
+    or lost a weight or a tokenizer resource on the way, fails the export, not a server."""
+    import numpy as np
+    import tensorflow as tf
+
+    probes = tf.constant(_PROBES)
+    expected = serve(*[probes for _ in names])
+    loaded = tf.saved_model.load(str(directory)).signatures["serving_default"]
+    got = loaded(**{name: probes for name in names})
+    for key, value in expected.items():
+        want, have = np.asarray(value), np.asarray(got[key])
+        same = want.shape == have.shape and (
+            np.allclose(want, have, atol=1e-5) if want.dtype.kind in "fc"
+            else np.array_equal(want, have))
+        if not same:
+            raise RuntimeError(f"the SavedModel in {directory} answers differently from "
+                               f"the model it was exported from (output '{key}')")
 
 
 def tensorflow_available() -> bool:

@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import yaml
 
@@ -240,6 +241,23 @@ def test_saved_model_refuses_bad_shapes_and_answers_an_empty_batch(finished):
     from bertkit.testing import assert_serving_refuses_bad_shapes
 
     assert_serving_refuses_bad_shapes(finished / "run" / "saved_model", ["text"])
+
+
+def test_export_verification_catches_a_saved_model_that_answers_differently(finished):
+    import tensorflow as tf
+
+    import bertkit
+    from bertkit.export import checked_serve, verify_saved_model
+
+    saved = finished / "run" / "saved_model"  # finetune exported and verified it
+    other = bertkit.load(finished / "run")
+    rng = np.random.default_rng(0)
+    for weight in other.model.trainable_weights[-2:]:  # the head: other answers
+        weight.assign(weight + rng.normal(size=weight.shape).astype("float32"))
+    serve = tf.function(checked_serve(other.task, other.model, ["text"]))
+    signature = serve.get_concrete_function(tf.TensorSpec(None, tf.string, name="text"))
+    with pytest.raises(RuntimeError, match="answers differently"):
+        verify_saved_model(saved, signature, ["text"])
 
 
 # ---- 7. YAML bombs and bad --set values

@@ -44,8 +44,9 @@ def export_saved_model(task, model, directory, metadata: dict) -> Path:
     exported.weights = [variable.value for variable in model.variables]
     exported.tokenizer = task.tokenizer.fast_tokenizer
     exported.normalizer = task.tokenizer.normalizer
+    expected = answers(signature, list(specs))  # before saving, which rewrites its captures
     tf.saved_model.save(exported, str(directory), signatures={"serving_default": signature})
-    verify_saved_model(directory, signature, list(specs))
+    verify_saved_model(directory, expected)
     assets = directory / "assets"
     assets.mkdir(exist_ok=True)
     (assets / "bertkit.json").write_text(json.dumps(metadata, indent=2))
@@ -57,19 +58,37 @@ _PROBES = ["[MASK]", "The film was [MASK] good , said Anna Smith in Paris .",
            "Who wrote it ? [MASK] wrote it in 1990 ."]
 
 
-def verify_saved_model(directory, serve, names: list) -> None:
-    """Loads the written SavedModel and checks that it answers probe texts exactly as
-    `serve` (the traced function it was written from) does: a file that does not load,
-    or lost a weight or a tokenizer resource on the way, fails the export, not a server."""
+def answers(serve, names: list) -> dict:
+    """`serve`'s outputs for the probe texts (every input given the same texts)."""
     import numpy as np
     import tensorflow as tf
 
     probes = tf.constant(_PROBES)
-    expected = serve(*[probes for _ in names])
-    loaded = tf.saved_model.load(str(directory)).signatures["serving_default"]
-    got = loaded(**{name: probes for name in names})
-    for key, value in expected.items():
-        want, have = np.asarray(value), np.asarray(got[key])
+    return {key: np.asarray(value) for key, value in serve(*[probes for _ in names]).items()}
+
+
+def verify_saved_model(directory, expected: dict) -> None:
+    """Loads the written SavedModel and checks that it answers the probe texts as
+    `expected` (`answers` of the traced function it was written from): a file that does
+    not load, or lost a weight or a tokenizer resource on the way, fails the export, not
+    a server."""
+    import concurrent.futures
+
+    import numpy as np
+    import tensorflow as tf
+
+    def serve_probes() -> dict:
+        loaded = tf.saved_model.load(str(directory)).signatures["serving_default"]
+        names = list(loaded.structured_input_signature[1])
+        return loaded(**{name: tf.constant(_PROBES) for name in names})
+
+    # In a thread of its own, as a server loads it: outside the distribution strategy a
+    # data-parallel run exports in (strategy scopes are per thread), which would load the
+    # weights as mirrored variables its graph cannot read.
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        got = thread.submit(serve_probes).result()
+    for key, want in expected.items():
+        have = np.asarray(got[key])
         same = want.shape == have.shape and (
             np.allclose(want, have, atol=1e-5) if want.dtype.kind in "fc"
             else np.array_equal(want, have))

@@ -247,7 +247,7 @@ def test_export_verification_catches_a_saved_model_that_answers_differently(fini
     import tensorflow as tf
 
     import bertkit
-    from bertkit.export import checked_serve, verify_saved_model
+    from bertkit.export import answers, checked_serve, verify_saved_model
 
     saved = finished / "run" / "saved_model"  # finetune exported and verified it
     other = bertkit.load(finished / "run")
@@ -257,7 +257,7 @@ def test_export_verification_catches_a_saved_model_that_answers_differently(fini
     serve = tf.function(checked_serve(other.task, other.model, ["text"]))
     signature = serve.get_concrete_function(tf.TensorSpec(None, tf.string, name="text"))
     with pytest.raises(RuntimeError, match="answers differently"):
-        verify_saved_model(saved, signature, ["text"])
+        verify_saved_model(saved, answers(signature, ["text"]))
 
 
 # ---- 7. YAML bombs and bad --set values

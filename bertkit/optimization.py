@@ -115,7 +115,6 @@ class BertAdamW(keras.optimizers.AdamW):
         self.assign_sub(variable, ops.divide(
             ops.multiply(m, ops.divide(learning_rate, first_correction)), denominator))
 
-
     def _fused_on_tensorflow(self) -> bool:
         """Whether updates run as TensorFlow's fused Adam kernel (see `_fused_tensorflow_step`)."""
         if keras.backend.backend() != "tensorflow" or self.amsgrad:

@@ -146,6 +146,7 @@ def count_training_rows(recipe: dict, workdir: Path) -> dict:
     """bertkit's feature rows and padded tokens per epoch, from its own featurize and batching."""
     from bertkit.batching import TrainingBatches, bucket_lengths, padded_length
     from bertkit.feature_file import read_feature_file
+    from bertkit.recipe import load_recipe
     from bertkit.training import featurize
 
     data = {key: value for key, value in recipe["data"].items()
@@ -153,14 +154,15 @@ def count_training_rows(recipe: dict, workdir: Path) -> dict:
     path = featurize({**recipe, "data": data}, workdir / "train.features.npz")
     features = read_feature_file(path).train
     lengths = features.lengths()
-    training, sequence_length = recipe["training"], recipe["backbone"]["sequence_length"]
+    resolved = load_recipe(recipe)  # the training defaults the recipe leaves out
+    training, sequence_length = resolved.training, resolved.backbone.sequence_length
     buckets = bucket_lengths(sequence_length)
-    batches = TrainingBatches(None, features, training["batch_size"], buckets, training["seed"],
-                              training["batch_order"], training["micro_batches"])
+    batches = TrainingBatches(None, features, training.batch_size, buckets, training.seed,
+                              training.batch_order, training.micro_batches)
     padded = sum(padded_length(int(lengths[rows].max()), buckets) * len(rows)
-                 for epoch in range(training["epochs"]) for rows in batches.step_rows(epoch))
-    return {"train_rows": len(lengths), "sequences_trained": len(lengths) * training["epochs"],
-            "tokens_trained": int(lengths.sum()) * training["epochs"],
+                 for epoch in range(training.epochs) for rows in batches.step_rows(epoch))
+    return {"train_rows": len(lengths), "sequences_trained": len(lengths) * training.epochs,
+            "tokens_trained": int(lengths.sum()) * training.epochs,
             "padded_tokens_trained": int(padded)}
 
 

@@ -365,7 +365,12 @@ class TrainingBatches:
         first = next(iter(self))
         dataset = tf.data.Dataset.from_generator(self.__iter__, output_signature=spec(first))
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(self)))
-        return dataset.prefetch(2)
+        # Keras drops each epoch's iterator (at the next epoch's start and at the end of
+        # `fit`), and dropping one waits for tf.data's autotuning thread: 4-17 s each
+        # time here. A fixed prefetch and no parallel map leave it nothing to tune.
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        return dataset.prefetch(2).with_options(options)
 
 
 

@@ -1,5 +1,6 @@
 """Training batch plans: every row once, one bucket per batch, random within a bucket."""
 
+import keras
 import numpy as np
 import pytest
 
@@ -108,3 +109,22 @@ def test_pad_lengths_change_the_padding_not_the_rows_of_a_batch():
     # micro-batches of random batches are cut by length: there the finer padding pays
     tokens = [sum(b["token_ids"].size for b in plan) for plan in (padded, bucketed)]
     assert tokens[0] < 0.95 * tokens[1]
+
+
+def test_tensorflow_dataset_gives_the_plan_and_leaves_autotuning_off():
+    if keras.backend.backend() != "tensorflow":
+        pytest.skip("a tf.data pipeline is made on the TensorFlow backend only")
+    lengths = corpus_lengths(rows=100)
+    features = Features(columns={"token_ids": [np.ones(n, np.int32) for n in lengths],
+                                 "segment_ids": [np.zeros(n, np.int32) for n in lengths]},
+                        example_index=np.arange(len(lengths)))
+
+    class Passthrough:
+        def make_batch(self, batch, training, rng):
+            return batch["token_ids"], batch["segment_ids"], None
+
+    batches = TrainingBatches(Passthrough(), features, 16, BUCKETS, seed=0)
+    dataset = batches.as_dataset()
+    assert [a.shape for a, _ in dataset.as_numpy_iterator()] == [a.shape for a, _ in batches]
+    # Dropping an iterator waits for tf.data's autotuning thread: seconds per epoch in fit
+    assert dataset.options().autotune.enabled is False

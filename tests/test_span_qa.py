@@ -241,3 +241,22 @@ def test_saved_model_refuses_bad_shapes_and_answers_an_empty_batch(run):
     from bertkit.testing import assert_serving_refuses_bad_shapes
 
     assert_serving_refuses_bad_shapes(run / "run" / "saved_model", ["question", "context"])
+
+
+@pytest.mark.parametrize("first_span, threshold", [("Ada", -0.75), ("wrote", "below all")])
+def test_calibrated_threshold_reproduces_the_best_f1(first_span, threshold):
+    # q1 has an answer; q2 and q3 have none. With q1's best span right, answering q1 alone
+    # is best (threshold between q1's and q2's differences). With it wrong, answering no
+    # question is best: the official search then reports its starting threshold 0.0,
+    # which would answer q1 and q2; the calibrated threshold must answer none.
+    examples = [QAExample("q1", "Who?", "Ada wrote it.", ("Ada",), (0,), False),
+                QAExample("q2", "Who?", "Ada wrote it.", (), (), True),
+                QAExample("q3", "Who?", "Ada wrote it.", (), (), True)]
+    diffs = [-1.0, -0.5, 2.0]
+    predictions = [{"answer": "", "best_span": span, "null_score_diff": diff}
+                   for span, diff in zip([first_span, "Ada", "it"], diffs, strict=True)]
+    tuned = make_task(version="2.0").calibrate(examples, predictions)["null_score_threshold"]
+    if threshold == "below all":
+        assert tuned < min(diffs)
+    else:
+        assert tuned == pytest.approx(threshold)

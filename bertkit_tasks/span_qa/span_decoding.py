@@ -116,19 +116,28 @@ def decode_answer_rows(start_logits: list, end_logits: list, example_ids,
     return {name: value.numpy() for name, value in spans.items()}
 
 
-def tuned_null_threshold(best_threshold: float, null_score_diffs: list[float]) -> float:
+def tuned_null_threshold(best_threshold: float, null_score_diffs: list[float], *,
+                         answer_none: bool = False) -> float:
     """The official best-F1 "no answer" threshold, moved halfway to the next `null_score_diff`.
 
     Every threshold in between gives the same validation F1; the midpoint
     keeps a margin on both sides instead of sitting on one question's score.
+    `answer_none`: answering no question scored best. The official search then
+    reports its starting threshold, 0.0, which would answer every question whose
+    difference is below 0; the threshold returned lies below every difference.
 
     Example:
         >>> tuned_null_threshold(1.0, [0.5, 1.0, 3.0, 5.0, float("inf")])
         2.0
         >>> tuned_null_threshold(1.0, [0.5, 1.0, float("inf")])
         1.0
+        >>> tuned_null_threshold(0.0, [-2.5, 1.0, float("inf")], answer_none=True)
+        -3.5
     """
-    above = [diff for diff in null_score_diffs if best_threshold < diff < float("inf")]
+    finite = [diff for diff in null_score_diffs if diff < float("inf")]
+    if answer_none:
+        return min(finite) - 1.0 if finite else best_threshold
+    above = [diff for diff in finite if diff > best_threshold]
     return (best_threshold + min(above)) / 2 if above else best_threshold
 
 

@@ -237,9 +237,11 @@ class SpanQATask(Task):
 
         if self.options.version != "2.0" or self.options.null_score_threshold is not None:
             return None
-        best = self.evaluate(examples, predictions)["best_f1_thresh"]
+        scores = self.evaluate(examples, predictions)
+        unanswered = sum(not example.answers for example in examples)
         return {"null_score_threshold": tuned_null_threshold(
-            best, [p["null_score_diff"] for p in predictions])}
+            scores["best_f1_thresh"], [p["null_score_diff"] for p in predictions],
+            answer_none=scores["best_f1"] <= 100.0 * unanswered / len(examples))}
 
     def write_predictions(self, examples, predictions, directory):
         """`predictions.json`, `{id: answer}` as the official scripts read it; v2.0 adds

@@ -24,7 +24,12 @@ optimizers are the same.
          overflowing tokens, offset mapping; train labels on the first answer, [CLS] when the
          window does not hold it) and `postprocess_qa_predictions` (n-best start and end
          logits per window, spans inside the context up to `--max-answer-length` tokens, best
-         start + end logit over all windows). Writes `{id: answer_text}`.
+         start + end logit over all windows). Writes `{id: answer_text}`. With `--version
+         2.0` (run_qa's `--version_2_with_negative`) an unanswerable question trains on
+         [CLS], and `null_score_diffs` gives per question the null score (the lowest [CLS]
+         start + end logit over its windows) minus its best span's score: run_qa answers ""
+         when it is above 0; the official script's `--na-prob-file` tunes that threshold.
+         The answers are then the best spans, "" only without any valid span.
 
     classify: `BertForSequenceClassification` on GLUE-style TSVs (`sentence`, `label`),
          dynamic padding; writes the dev predictions after every epoch
@@ -100,7 +105,8 @@ def read_conll(path) -> list[tuple[list[str], list[str]]]:
 
 
 def read_squad(path) -> list[dict]:
-    """SQuAD v1.1 JSON -> [{id, question, context, answers: {text, answer_start}}]."""
+    """SQuAD JSON -> [{id, question, context, answers: {text, answer_start}}] (v2.0's
+    unanswerable questions have empty answer lists)."""
     with open(path, encoding="utf-8") as handle:
         data = json.load(handle)["data"]
     return [{"id": qa["id"], "question": qa["question"], "context": paragraph["context"],
@@ -163,14 +169,16 @@ def qa_encode(tokenizer, examples, max_length: int, stride: int):
 
 
 def qa_train_features(tokenizer, examples, max_length: int, stride: int) -> list[dict]:
-    """Rows with start/end positions of the first answer; [CLS] when outside the window."""
+    """Rows with start/end positions of the first answer; [CLS] when outside the window or
+    when the question has no answer (v2.0)."""
     encoded = qa_encode(tokenizer, examples, max_length, stride)
     rows = []
     for index, offsets in enumerate(encoded["offset_mapping"]):
         example = examples[encoded["overflow_to_sample_mapping"][index]]
-        start, end = answer_positions(encoded.sequence_ids(index), offsets,
-                                      example["answers"]["answer_start"][0],
-                                      len(example["answers"]["text"][0]))
+        answers = example["answers"]
+        start, end = (answer_positions(encoded.sequence_ids(index), offsets,
+                                       answers["answer_start"][0], len(answers["text"][0]))
+                      if answers["text"] else (0, 0))
         rows.append({"input_ids": encoded["input_ids"][index],
                      "token_type_ids": encoded["token_type_ids"][index],
                      "attention_mask": encoded["attention_mask"][index],
@@ -207,10 +215,13 @@ def qa_eval_features(tokenizer, examples, max_length: int, stride: int) -> tuple
 
 
 def postprocess_qa(examples, decoding, start_logits, end_logits, n_best: int,
-                   max_answer_length: int) -> dict:
-    """run_qa's `postprocess_qa_predictions` for v1.1: the best span text per question id."""
+                   max_answer_length: int, with_null: bool = False):
+    """run_qa's `postprocess_qa_predictions`: the best span text per question id; with
+    `with_null` (v2.0) also each question's null score difference (see the docstring)."""
     candidates = [[] for _ in examples]
+    null_scores = [float("inf")] * len(examples)
     for (example, offsets), starts, ends in zip(decoding, start_logits, end_logits, strict=True):
+        null_scores[example] = min(null_scores[example], float(starts[0] + ends[0]))
         best_starts = np.argsort(starts)[-1:-n_best - 1:-1]
         best_ends = np.argsort(ends)[-1:-n_best - 1:-1]
         for start in best_starts:
@@ -221,14 +232,16 @@ def postprocess_qa(examples, decoding, start_logits, end_logits, n_best: int,
                     continue
                 candidates[example].append((float(starts[start] + ends[end]),
                                             offsets[start][0], offsets[end][1]))
-    predictions = {}
-    for example, found in zip(examples, candidates, strict=True):
+    predictions, null_score_diffs = {}, {}
+    for example, found, null_score in zip(examples, candidates, null_scores, strict=True):
         if not found:
-            predictions[example["id"]] = "empty"  # as run_qa
+            predictions[example["id"]] = "" if with_null else "empty"  # as run_qa
+            null_score_diffs[example["id"]] = 1e30  # nothing but "no answer"
             continue
-        _, first, last = max(found, key=lambda c: c[0])
+        score, first, last = max(found, key=lambda c: c[0])
         predictions[example["id"]] = example["context"][first:last]
-    return predictions
+        null_score_diffs[example["id"]] = null_score - score
+    return (predictions, null_score_diffs) if with_null else predictions
 
 
 # ---- training and prediction
@@ -385,9 +398,13 @@ def run_qa(args, tokenizer) -> dict:
     examples = read_squad(args.eval)
     rows, decoding = qa_eval_features(tokenizer, examples, args.max_length, args.stride)
     logits = predict(model, rows, collator, 2 * args.batch_size, ["start_logits", "end_logits"])
-    result["predictions"] = postprocess_qa(examples, decoding, logits["start_logits"],
-                                           logits["end_logits"], args.n_best,
-                                           args.max_answer_length)
+    decoded = postprocess_qa(examples, decoding, logits["start_logits"], logits["end_logits"],
+                             args.n_best, args.max_answer_length,
+                             with_null=args.version == "2.0")
+    if args.version == "2.0":
+        result["predictions"], result["null_score_diffs"] = decoded
+    else:
+        result["predictions"] = decoded
     result["eval_rows"] = len(rows)
     return result
 
@@ -544,8 +561,9 @@ def main():
     replay = commands.add_parser("replay", help="train on bertkit's batches (training_parity)")
     replay.add_argument("--batches", required=True, help="the .npz training_parity.py writes")
     replay.add_argument("--dev", required=True)
-    qa = commands.add_parser("qa", help="SQuAD v1.1 span QA")
+    qa = commands.add_parser("qa", help="SQuAD v1.1 / v2.0 span QA")
     qa.add_argument("--eval", required=True)
+    qa.add_argument("--version", choices=["1.1", "2.0"], default="1.1")
     qa.add_argument("--stride", type=int, default=128, help="overlap between windows (tokens)")
     qa.add_argument("--n-best", type=int, default=20)
     qa.add_argument("--max-answer-length", type=int, default=30)

@@ -22,6 +22,13 @@ def corpus_lengths(rows=1000, seed=0):
     return np.clip(rng.lognormal(3.0, 0.7, rows).astype(int), 3, 128)
 
 
+def features_of(lengths):
+    """Feature rows of the given lengths (token ids all 1)."""
+    return Features(columns={"token_ids": [np.ones(n, np.int32) for n in lengths],
+                             "segment_ids": [np.zeros(n, np.int32) for n in lengths]},
+                    example_index=np.arange(len(lengths)))
+
+
 @pytest.mark.parametrize("batch_size", [1, 7, 32])
 def test_every_row_once_per_epoch(batch_size):
     lengths = corpus_lengths()
@@ -64,9 +71,7 @@ def test_order_depends_on_seed_and_epoch_only():
 
 def test_training_batches_length_matches_every_epoch_plan():
     lengths = corpus_lengths(rows=333)
-    features = Features(columns={"token_ids": [np.ones(n, np.int32) for n in lengths],
-                                 "segment_ids": [np.zeros(n, np.int32) for n in lengths]},
-                        example_index=np.arange(len(lengths)))
+    features = features_of(lengths)
 
     class Passthrough:
         def make_batch(self, batch, training, rng):
@@ -115,9 +120,7 @@ def test_tensorflow_dataset_gives_the_plan_and_leaves_autotuning_off():
     if keras.backend.backend() != "tensorflow":
         pytest.skip("a tf.data pipeline is made on the TensorFlow backend only")
     lengths = corpus_lengths(rows=100)
-    features = Features(columns={"token_ids": [np.ones(n, np.int32) for n in lengths],
-                                 "segment_ids": [np.zeros(n, np.int32) for n in lengths]},
-                        example_index=np.arange(len(lengths)))
+    features = features_of(lengths)
 
     class Passthrough:
         def make_batch(self, batch, training, rng):

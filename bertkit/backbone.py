@@ -152,7 +152,7 @@ def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
 def _no_random_initialization():
     """keras-hub's `BertBackbone` draws every weight from a truncated normal before the
     converter overwrites all of them (a weight the checkpoint lacks is an error, never
-    left as drawn): 22M draws, 0.1-0.5 s of every run's start here. Here the draw is
+    left as drawn): 22M draws, 0.1-0.5 s of every run's start on a 2-core CPU. Here the draw is
     zeros, as transformers skips the initialization of weights it loads."""
     import keras
 

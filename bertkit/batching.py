@@ -32,6 +32,7 @@ import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.multi_process import process_index, process_share
+from bertkit.packing import PACKING_INPUTS, pack_batch
 from bertkit.task import Features
 
 _BASE_BUCKETS = (16, 32, 64, 128, 192, 256, 320, 384, 448, 512)
@@ -264,12 +265,14 @@ class TrainingBatches:
     `length_buckets` batch; each step is padded to the smallest of `pad_lengths`
     (default: `buckets`, see `padding_lengths`) that holds its rows. `set_epoch`
     is called by a callback at the start of each epoch, so the data order follows
-    the epoch number even when training resumes mid-run.
+    the epoch number even when training resumes mid-run. With `packing`, each step's
+    rows are packed into long rows (`bertkit.packing.pack_batch`; `row_counts`: the
+    numbers of packed rows allowed) for the model `packed_training_model` makes.
     """
 
     def __init__(self, task, features: Features, batch_size: int, buckets, seed: int,
                  order: str = "length_buckets", micro_batches: int = 1, row_multiple: int = 1,
-                 pad_lengths=None):
+                 pad_lengths=None, packing: bool = False, row_counts=None):
         if order not in ("length_buckets", "random"):
             raise ValueError(f"unknown batch order {order!r}")
         self.task, self.features, self.batch_size = task, features, batch_size
@@ -277,6 +280,9 @@ class TrainingBatches:
         self.pad_lengths = tuple(pad_lengths or buckets)
         self.order, self.micro_batches = order, micro_batches
         self.row_multiple = row_multiple  # devices sharing each step (see fill_rows)
+        if packing and row_multiple > 1:
+            raise ValueError("packed batches cannot be shared by several devices")
+        self.packing, self.row_counts = packing, row_counts
         self.lengths = features.lengths()
         self.epoch = 0
         batches = self._batches(0)
@@ -327,9 +333,7 @@ class TrainingBatches:
         for step in range(first, first + self.micro_batches):
             rows = fill_rows(self._plan[step], self.row_multiple)
             share = process_share(len(rows))  # this process's rows; all of them in one
-            padded = pad_batch(self.features, rows[share], self.pad_lengths,
-                               longest=int(self.lengths[rows].max()))
-            made.append(self.task.make_batch(padded, training=True, rng=self._rng(step)))
+            made.append(self._make_step(rows[share], int(self.lengths[rows].max()), step))
             real = len(self._plan[step])  # the filler rows come after these
             counts.append((min(max(real - share.start, 0), len(rows[share])), len(rows[share])))
         filled = any(real < size for real, size in counts)
@@ -345,6 +349,15 @@ class TrainingBatches:
                     for (inputs, targets, w), (real, _) in zip(made, counts, strict=True)]
         weights = _normalize_each_output([w for _, _, w in made])
         return [(inputs, targets, w) for (inputs, targets, _), w in zip(made, weights, strict=True)]
+
+    def _make_step(self, rows: np.ndarray, longest: int, step: int):
+        """(inputs, targets, weights) of one step's rows, padded or packed."""
+        if not self.packing:
+            padded = pad_batch(self.features, rows, self.pad_lengths, longest=longest)
+            return self.task.make_batch(padded, training=True, rng=self._rng(step))
+        packed = pack_batch(self.features, rows, self.pad_lengths, self.row_counts)
+        inputs, targets, weights = self.task.make_batch(packed, training=True, rng=self._rng(step))
+        return {**inputs, **{name: packed[name] for name in PACKING_INPUTS}}, targets, weights
 
     def _rng(self, step: int):
         """The random draws of a step's batch (e.g. masked positions), per process share."""

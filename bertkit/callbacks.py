@@ -102,12 +102,15 @@ class TrackRun(keras.callbacks.Callback):
     With `writes=False` (the processes but the first of a multi-process run) it
     writes nothing, and stops when the writing process does.
     `on_best(epoch)`, if given, is called when an epoch is the best so far (the
-    trainer keeps that epoch's validation outputs).
+    trainer keeps that epoch's validation outputs). `weights_of`: the model whose
+    weights are saved, when it is not the one `fit` trains (a packed training model
+    shares the task model's weights).
     """
 
     def __init__(self, run, monitor: str, mode: str, patience: int | None, history: list,
-                 on_best=None, writes: bool = True):
+                 on_best=None, writes: bool = True, weights_of=None):
         super().__init__()
+        self.weights_of = weights_of
         self.run, self.monitor, self.mode, self.patience = run, monitor, mode, patience
         self.on_best = on_best
         self.writes = writes  # False: only decides the best epoch and when to stop
@@ -132,7 +135,8 @@ class TrackRun(keras.callbacks.Callback):
         self.history.append(record)
         if self.best() is record:
             if self.writes:
-                save_weights_atomically(self.model, self.run.weights_file, with_optimizer=False)
+                save_weights_atomically(self.weights_of or self.model, self.run.weights_file,
+                                        with_optimizer=False)
                 self.run.set_status("running", best_epoch=record["epoch"])
             if self.on_best is not None:
                 self.on_best(record["epoch"])

@@ -55,6 +55,10 @@ def data_parallel_scope(training, source: str | None = None):
     if kind == "one_device" or (kind == "auto" and len(devices) < 2):
         return contextlib.nullcontext()
     _check_batch_sizes(training, len(devices), source)
+    if training.packing:
+        raise UserError(f"packed batches train on one device, not {len(devices)}; set "
+                        "training.packing to false or distribution: one_device",
+                        source=source, key="training.packing")
     if keras.backend.backend() == "jax":
         # Each process feeds its own share of every batch (bertkit.batching), already
         # split: Keras's sharding of a tf.data input across processes is not wanted.

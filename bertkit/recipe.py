@@ -83,6 +83,10 @@ class TrainingConfig:
     micro_batches: int = _field(default=1, metadata={
         "min": 1, "help": "random order: split each batch by length into this many parts, "
                           "each padded to its own bucket; the update is the whole batch's"})
+    packing: bool = _field(default=False, metadata={
+        "help": "lay each batch's rows end to end in a few long rows (block-diagonal "
+                "attention, positions restart per row): the same update, far less padding; "
+                "tagging and classification, one device"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +218,9 @@ def _build_recipe(raw: dict, file_origin, override_origin, touched: set,
     backbone = _resolve_preset(backbone, origin.base_dir_for(("backbone", "preset")))
     training = schema.build(TrainingConfig, raw.get("training") or {}, origin, ("training",))
     _check_micro_batches(training, origin)
+    if training.packing and not task_class.packs:
+        raise origin.error(f"the {task_name} task cannot pack rows (packing: true); tasks that "
+                           "can: tagging, classification", ("training", "packing"))
     search = None
     if raw.get("search") is not None:
         search = parse_search(raw["search"], origin, {"training": TrainingConfig,

@@ -23,6 +23,9 @@ What a task declares, each as a small piece:
                        relative (0 skips a target): training scales them so that
                        each update's loss is their weighted mean over its batch
 `build_model`          backbone -> Keras model with the head (keras.ops only)
+`packs`                whether training may pack rows (`training.packing`): the
+                       head reads per-token outputs or `pooled_output`, and its
+                       loss never spans a row's positions (see `bertkit.packing`)
 `initialize_head`      optional: load head weights shipped with the pretrained
                        checkpoint (MLM's pretraining heads)
 `loss`, `metrics`      Keras loss and progress-bar metrics; both get make_batch's
@@ -162,6 +165,8 @@ class Task:
     mode: ClassVar[str] = "max"
     # Model outputs with one value per token; `decode` gets them cut to each row's length.
     sequence_outputs: ClassVar[tuple] = ()
+    # Whether `training.packing` may lay several rows into one (see `bertkit.packing`).
+    packs: ClassVar[bool] = False
 
     def __init__(self, options, data, tokenizer, sequence_length: int, state: dict | None = None):
         self.options = options

@@ -254,6 +254,7 @@ class _Trainer:
         from bertkit.distribution import devices_sharing_a_batch
         from bertkit.finetuned import FineTunedModel
         from bertkit.optimization import make_optimizer
+        from bertkit.packing import packed_row_counts, packed_training_model
         from bertkit.validation import ValidationSplit
 
         started = time.time()
@@ -273,22 +274,26 @@ class _Trainer:
         # ---- model
         with phases("build_model"):
             jit_compile = jit_compile_setting(training.jit_compile)
-            pad_lengths = padding_lengths(buckets, compiles_each_shape=bool(jit_compile)
-                                          or keras.backend.backend() == "jax")
-            batches = TrainingBatches(task, data.train_features, training.batch_size, buckets,
-                                      training.seed, training.batch_order,
-                                      training.micro_batches,
-                                      row_multiple=devices_sharing_a_batch(),
-                                      pad_lengths=pad_lengths)
+            compiles = bool(jit_compile) or keras.backend.backend() == "jax"
+            pad_lengths = padding_lengths(buckets, compiles_each_shape=compiles)
+            batches = TrainingBatches(
+                task, data.train_features, training.batch_size, buckets, training.seed,
+                training.batch_order, training.micro_batches,
+                row_multiple=devices_sharing_a_batch(), pad_lengths=pad_lengths,
+                packing=training.packing,
+                row_counts=packed_row_counts(training.batch_size) if compiles else None)
             model = task.build_model(data.pretrained.backbone)
             task.initialize_head(model, data.pretrained.checkpoint_tensors())
-            model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
-                          weighted_metrics=task.metrics(),  # Keras: plain `metrics` get no weights
-                          jit_compile=jit_compile)
+            # What `fit` trains: the model itself, or the same layers taking packed rows.
+            trained = (packed_training_model(model, data.pretrained.backbone)
+                       if training.packing else model)
+            trained.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
+                            weighted_metrics=task.metrics(),  # plain `metrics` get no weights
+                            jit_compile=jit_compile)
             # Without a tf.distribute strategy Keras builds the optimizer inside the first
             # traced step; the slot variables it creates there make TensorFlow trace the
             # whole training step a second time. Built here, the step is traced once.
-            model.optimizer.build(model.trainable_variables)
+            trained.optimizer.build(trained.trainable_variables)
             if self.writes:
                 save_architecture(data.pretrained, self.run.model_dir)
                 write_json(self.run.task_file, description)
@@ -302,7 +307,7 @@ class _Trainer:
         parts = ("first_step", "train_steps", "evaluation")
         before = phases.total(parts)
         with phases("fit_overhead"):
-            history, best_epoch = self._fit(model, task, batches, validation)
+            history, best_epoch = self._fit(trained, model, task, batches, validation)
         phases.add("fit_overhead", before - phases.total(parts))
 
         # ---- best weights, calibration, final evaluation, report, export
@@ -372,8 +377,9 @@ class _Trainer:
         self.validation_predictions = predictions  # for the report's error analysis
         return task.evaluate(validation.examples, predictions), description
 
-    def _fit(self, model, task, batches, validation) -> tuple[list[dict], int | None]:
-        """Keras `fit` with the run's callbacks; the history and the best epoch."""
+    def _fit(self, trained, model, task, batches, validation) -> tuple[list[dict], int | None]:
+        """Keras `fit` of `trained` (`model`, or its packed form) with the run's callbacks;
+        the history and the best epoch. Evaluation and the best weights use `model`."""
 
         from bertkit.callbacks import (
             AtomicBackupAndRestore,
@@ -403,9 +409,11 @@ class _Trainer:
         if writes:
             callbacks += self._progress_callbacks(len(batches))
         if validation:
-            callbacks.append(Evaluate(validation.evaluate, "evaluating on the validation split"))
+            callbacks.append(Evaluate(lambda _: validation.evaluate(model),
+                                      "evaluating on the validation split"))
         tracker = TrackRun(self.run, monitor, mode, self.training.early_stopping_patience,
-                           history, on_best=validation and validation.keep_latest, writes=writes)
+                           history, on_best=validation and validation.keep_latest, writes=writes,
+                           weights_of=model)
         callbacks += [tracker, AtomicBackupAndRestore(str(self.run.checkpoint_dir),
                                                       writes=writes, delete_checkpoint=False)]
         callbacks += self.extra_callbacks  # after Evaluate and TrackRun: the epoch is recorded
@@ -414,7 +422,7 @@ class _Trainer:
                 str(self.run.logs_dir), profile_batch=0, update_freq=log_every(len(batches))))
         if initial_epoch:
             print(f"resuming {self.run.path} after epoch {initial_epoch}", file=sys.stderr)
-        model.fit(batches.as_dataset(), epochs=self.training.epochs, callbacks=callbacks,
+        trained.fit(batches.as_dataset(), epochs=self.training.epochs, callbacks=callbacks,
                   verbose=self.verbose if writes else 0, shuffle=False)  # shuffled per epoch
         if writes:
             self.run.set_status(RUNNING, trained=True)  # then the checkpoint is not needed

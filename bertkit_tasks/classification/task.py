@@ -48,6 +48,7 @@ class ClassificationTask(Task):
     Options = ClassificationOptions
     Data = ClassificationData
     monitor = "accuracy"
+    packs = True  # the head reads pooled_output, which packing gathers per row
 
     # ---- data
     def read(self, path):

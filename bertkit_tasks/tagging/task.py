@@ -111,6 +111,7 @@ class TaggingTask(Task):
     Data = TaggingData
     monitor = "f1"
     sequence_outputs = ("logits",)
+    packs = True  # a loss per labelled piece
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -1,0 +1,213 @@
+"""Sequence packing: a training batch's short rows laid end to end in a few long rows.
+
+A random batch of 32 CoNLL-2003 sentences is mostly padding when each row is padded
+to the batch's longest (25% real tokens here), and splitting it into length-sorted
+micro-batches (`training.micro_batches`) trades that padding for four small steps.
+Packing puts several rows into one model row instead (`training.packing: true`), as
+transformers' `DataCollatorWithFlattening` does: each packed row holds whole rows
+back to back, every token attends only to the tokens of its own row (a
+block-diagonal attention mask), and positions restart at 0 for each row. With
+dropout off the packed model computes every row's outputs exactly as the padded
+model does (`tests/test_packing.py`), so the update is the one the batch would give
+unpacked; the step multiplies fewer and larger matrices.
+
+The packed model is the task's model re-wired (`packed_training_model`): the same
+layers and weights, three more inputs. Only training uses it; evaluation, the saved
+weights and the export use the task's model as it is. A task packs when its
+outputs are per token (tagging) or read the [CLS] vector of each row
+(classification: the packed model gathers it with `first_token_index`); tasks whose
+loss spans a whole row's positions (span QA's softmax over the window) do not.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+from keras import ops
+
+from bertkit.task import Features
+
+PACKING_INPUTS = ("position_ids", "sequence_index", "first_token_index")
+
+
+def pack_lengths(lengths: np.ndarray, width: int) -> list[list[int]]:
+    """Rows (indices into `lengths`) grouped into packed rows of at most `width` tokens.
+
+    First-fit decreasing: the longest row first, each into the first packed row with
+    room. Deterministic; within a packed row, rows keep that order.
+
+    Example:
+        >>> pack_lengths(np.array([5, 60, 30, 20, 40]), 64)
+        [[1], [4, 3], [2, 0]]
+    """
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    packed, room = [], []
+    for row in order.tolist():
+        size = int(lengths[row])
+        if size > width:
+            raise ValueError(f"a row of {size} tokens does not fit in {width}")
+        for k, left in enumerate(room):
+            if size <= left:
+                packed[k].append(row)
+                room[k] -= size
+                break
+        else:
+            packed.append([row])
+            room.append(width - size)
+    return packed
+
+
+def packing_width(longest: int, pad_lengths: tuple[int, ...], least: int = 64) -> int:
+    """The length of a batch's packed rows: the padding length that holds its longest row,
+    and at least `least` tokens (or the longest padding length, if shorter).
+
+    Wider rows take more rows each; the block-diagonal attention over a row costs
+    `width` per token and layer against about `24 * hidden` for the dense layers.
+
+    Example:
+        >>> packing_width(20, (16, 32, 64, 128))
+        64
+        >>> packing_width(70, (16, 32, 64, 128))
+        128
+    """
+    wanted = max(longest, min(least, pad_lengths[-1]))
+    index = int(np.searchsorted(pad_lengths, wanted))
+    return pad_lengths[min(index, len(pad_lengths) - 1)]
+
+
+def packed_row_counts(batch_size: int) -> tuple[int, ...]:
+    """The numbers of packed rows a step may have where each input shape compiles anew
+    (JAX, XLA): powers of two up to `batch_size`, so a run compiles a few programs.
+
+    Example:
+        >>> packed_row_counts(24)
+        (1, 2, 4, 8, 16, 24)
+    """
+    counts = [2 ** k for k in range(batch_size.bit_length()) if 2 ** k < batch_size]
+    return (*counts, batch_size)
+
+
+def pack_batch(features: Features, rows: np.ndarray, pad_lengths: tuple[int, ...],
+               row_counts: tuple[int, ...] | None = None) -> dict:
+    """Columns of `rows` packed into rows of `packing_width` tokens.
+
+    Sequence columns become (packed rows, width) arrays, padded with their
+    `pad_values`; per-row columns stay one value per row, in the order of `rows`.
+    Adds `padding_mask`, `position_ids` (restarting at each row), `sequence_index`
+    (1, 2, ... for the rows of a packed row, 0 on padding), `first_token_index`
+    (each row's first token in the flattened packed batch, in the order of `rows`)
+    and `row_index`. `row_counts`, when given, are the numbers of packed rows
+    allowed (JAX compiles each shape): empty packed rows fill up to the next.
+
+    Example:
+        >>> features = Features({"token_ids": [np.array([2, 5, 3]), np.array([2, 3])],
+        ...                      "segment_ids": [np.zeros(3, int), np.zeros(2, int)]},
+        ...                     example_index=np.arange(2))
+        >>> packed = pack_batch(features, np.array([0, 1]), (8,))
+        >>> packed["token_ids"].tolist(), packed["position_ids"].tolist()
+        ([[2, 5, 3, 2, 3, 0, 0, 0]], [[0, 1, 2, 0, 1, 0, 0, 0]])
+        >>> packed["sequence_index"].tolist(), packed["first_token_index"].tolist()
+        ([[1, 1, 1, 2, 2, 0, 0, 0]], [0, 3])
+    """
+    lengths = features.lengths()[rows]
+    width = packing_width(int(lengths.max()), pad_lengths)
+    layout = pack_lengths(lengths, width)
+    count = len(layout)
+    if row_counts:
+        count = row_counts[min(int(np.searchsorted(row_counts, count)), len(row_counts) - 1)]
+        count = max(count, len(layout))
+    shape = (count, width)
+    batch = {"padding_mask": np.zeros(shape, np.int32), "position_ids": np.zeros(shape, np.int32),
+             "sequence_index": np.zeros(shape, np.int32),
+             "first_token_index": np.zeros(len(rows), np.int32), "row_index": rows}
+    columns = {name: column for name, column in features.columns.items()
+               if features.is_sequence(name)}
+    for name, column in columns.items():
+        dtype = np.asarray(column[rows[0]]).dtype
+        batch[name] = np.full(shape, features.pad_values.get(name, 0), dtype=dtype)
+    for packed_row, members in enumerate(layout):
+        start = 0
+        for number, member in enumerate(members, start=1):
+            size = int(lengths[member])
+            span = slice(start, start + size)
+            for name, column in columns.items():
+                batch[name][packed_row, span] = column[rows[member]]
+            batch["padding_mask"][packed_row, span] = 1
+            batch["position_ids"][packed_row, span] = np.arange(size)
+            batch["sequence_index"][packed_row, span] = number
+            batch["first_token_index"][member] = packed_row * width + start
+            start += size
+    for name, column in features.columns.items():
+        if not features.is_sequence(name):
+            batch[name] = np.asarray(column)[rows]
+    return batch
+
+
+def packed_training_model(model, backbone):
+    """`model` (a task's model on keras-hub's `BertBackbone`) taking packed rows.
+
+    The same layers and weights; the embeddings take `position_ids`, each encoder
+    layer a block-diagonal attention mask made from `sequence_index`, and the
+    pooler reads each row's first token at `first_token_index`, so that
+    `pooled_output` has one vector per row of the batch (not per packed row).
+    The head's layers (`model` from the backbone's outputs on) are called as they are.
+    """
+    names = ("token_ids", "segment_ids", "padding_mask", "position_ids", "sequence_index")
+    inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name) for name in names}
+    inputs["first_token_index"] = keras.Input(shape=(), dtype="int32", name="first_token_index")
+    tokens = backbone.token_embedding(inputs["token_ids"])
+    positions = PositionsById(backbone.position_embedding)(inputs["position_ids"])
+    segments = backbone.segment_embedding(inputs["segment_ids"])
+    x = backbone.embeddings_add((tokens, positions, segments))
+    x = backbone.embeddings_layer_norm(x)
+    x = backbone.embeddings_dropout(x)
+    mask = SameSequenceMask()(inputs["sequence_index"])
+    for layer in backbone.transformer_layers:
+        x = layer(x, padding_mask=inputs["padding_mask"], attention_mask=mask)
+    head_inputs, head_outputs = [backbone.output["sequence_output"]], [x]
+    if backbone.pooled_dense in model.layers:  # the head reads [CLS] (else no pooler)
+        head_inputs.append(backbone.output["pooled_output"])
+        head_outputs.append(backbone.pooled_dense(FirstTokens()(x, inputs["first_token_index"])))
+    head = keras.Model(head_inputs, model.output, name=f"{model.name}_head")
+    outputs = head(head_outputs)
+    return keras.Model(inputs, outputs, name=f"{model.name}_packed")
+
+
+class PositionsById(keras.layers.Layer):
+    """keras-hub's `PositionEmbedding` weights looked up at given positions (it only
+    embeds positions 0, 1, ... of each row)."""
+
+    def __init__(self, position_embedding, **kwargs):
+        super().__init__(**kwargs)
+        self.position_embedding = position_embedding  # tracked: its weights are trained
+
+    def get_config(self):
+        return {**super().get_config(),
+                "position_embedding": keras.saving.serialize_keras_object(
+                    self.position_embedding)}
+
+    @classmethod
+    def from_config(cls, config):
+        embedding = keras.saving.deserialize_keras_object(config.pop("position_embedding"))
+        return cls(embedding, **config)
+
+    def call(self, position_ids):
+        table = self.position_embedding.position_embeddings
+        return ops.cast(ops.take(table, position_ids, axis=0), self.compute_dtype)
+
+
+class SameSequenceMask(keras.layers.Layer):
+    """(batch, width, width) attention mask: query and key in the same packed row's
+    sequence, and the key not padding."""
+
+    def call(self, sequence_index):
+        same = ops.equal(ops.expand_dims(sequence_index, 2), ops.expand_dims(sequence_index, 1))
+        return ops.logical_and(same, ops.expand_dims(ops.greater(sequence_index, 0), 1))
+
+
+class FirstTokens(keras.layers.Layer):
+    """The vectors at flat positions `index` of a (batch, width, hidden) tensor."""
+
+    def call(self, sequence, index):
+        flat = ops.reshape(sequence, (-1, ops.shape(sequence)[-1]))
+        return ops.take(flat, index, axis=0)

@@ -50,11 +50,13 @@ def recipes(folder) -> dict:
     write_lines(folder / "dev.jsonl", qa_lines(9, seed=2))
     common = {"schema": 1, "backbone": {"preset": "./ckpt", "sequence_length": 32}}
     training = {"epochs": 2, "batch_size": 8, "learning_rate": 3e-3}
+    packed = {"batch_order": "random", "packing": True}  # (the resume test runs unpacked)
     return {
-        "classification": {**common, "task": "classification",
+        "classification": {**common, "task": "classification", "training": packed,
                            "data": {"train": "train.tsv", "validation": "dev.tsv",
                                     "text": "sentence"}},
         "tagging": {**common, "task": {"name": "tagging", "window_stride": 10},
+                    "training": packed,
                     "data": {"train": "train.txt", "validation": "dev.txt", "scheme": "iob1"}},
         "span_qa": {**common, "task": {"name": "span_qa", "version": "2.0",
                                        "max_query_length": 8, "doc_stride": 8},
@@ -68,7 +70,8 @@ def runs(tmp_path_factory):
     write_tiny_checkpoint(folder / "ckpt")
     specs, training = recipes(folder)
     for task, spec in specs.items():
-        spec = {**spec, "training": training, "output_dir": f"{task}_run"}
+        spec = {**spec, "training": {**training, **spec.get("training", {})},
+                "output_dir": f"{task}_run"}
         (folder / f"{task}.yaml").write_text(yaml.safe_dump(spec))
     env = {**os.environ, "KERAS_BACKEND": "jax"}
     result = subprocess.run([sys.executable, "-c", TRAIN_ON_JAX, json.dumps(INPUTS)],

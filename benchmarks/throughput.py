@@ -93,11 +93,19 @@ TARGETS = {"keras-hub": 1.5, "HF torch": 1.2}  # train bertkit / reference
 
 
 # ---- records: one per step or inference batch, the same for every system
-def step_record(padding_mask: np.ndarray, seconds: float = 0.0) -> dict:
-    """A batch's padded shape and real tokens; padding_mask is (batch, width), 1 = token."""
+def step_record(padding_mask: np.ndarray, seconds: float = 0.0, sequence_index=None) -> dict:
+    """A batch's padded shape and real tokens; padding_mask is (batch, width), 1 = token.
+
+    For packed rows (`bertkit.packing`), `sequence_index` tells the sequences of a row
+    apart: each attends only to itself, so useful attention counts each one's length.
+    """
     lengths = np.asarray(padding_mask).sum(axis=1).astype(np.int64)
+    squared = int((lengths ** 2).sum())
+    if sequence_index is not None:
+        ids = np.asarray(sequence_index)
+        squared = sum(int(np.sum(np.bincount(row[row > 0]) ** 2)) for row in ids)
     return {"rows": len(lengths), "width": int(np.shape(padding_mask)[1]),
-            "tokens": int(lengths.sum()), "tokens_squared": int((lengths ** 2).sum()),
+            "tokens": int(lengths.sum()), "tokens_squared": squared,
             "seconds": seconds}
 
 

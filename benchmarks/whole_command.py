@@ -35,8 +35,9 @@ bertkit's scorers) so that a fast run that learnt nothing is seen.
 
 FLOP/s: bertkit's training batches are made again after its run (same recipe, seed and
 padding), their FLOPs counted as in throughput.py (6N + 12Lsd per padded token; "useful":
-real tokens only, each attending to its own sequence) and divided by `train_steps` (the steps after the first); the peak is the
-best float32 1024^2 matmul in TensorFlow or NumPy, measured before the runs.
+real tokens only, each attending to its own sequence) and divided by `train_steps` (the
+steps after the first); the peak is the best float32 1024^2 matmul in TensorFlow or NumPy,
+measured before the runs.
 
 The ratio is transformers' wall seconds / bertkit's (above 1: bertkit's command is faster).
 

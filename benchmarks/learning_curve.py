@@ -11,9 +11,10 @@ test files. bertkit runs `bertkit.finetune` in this process; the reference,
 `benchmarks/hf_reference.py` (`ner --eval-each-epoch`, `classify`), runs in a subprocess with
 `--python` (a venv with torch and transformers).
 
-bertkit is run under each `--configs` batching: `random+micro4` (recipes/ner.yaml: random
-batches, each split into 4 length-sorted micro-batches), `random` (random batches, one
-part), `length_buckets` (each batch from one length bucket).
+bertkit is run under each `--configs` batching: `random+packed` (recipes/ner.yaml: random
+batches, packed into a few long rows), `random+micro4` (random batches, each split into 4
+length-sorted micro-batches), `random` (random batches, one part), `length_buckets` (each
+batch from one length bucket).
 
 Printed per task, size and configuration: each system's dev score after every epoch (mean
 over seeds), and the final scores as mean ± sample standard deviation over seeds with the
@@ -46,6 +47,7 @@ from common import PRESET, REFERENCE, argument_parser, preset_folder, write_firs
 from bertkit.recipe import TrainingConfig
 
 CONFIGS = {"random+micro4": {"batch_order": "random", "micro_batches": 4},
+           "random+packed": {"batch_order": "random", "micro_batches": 1, "packing": True},
            "random": {"batch_order": "random", "micro_batches": 1},
            "length_buckets": {"batch_order": "length_buckets", "micro_batches": 1}}
 REFERENCE_NAME = "transformers"

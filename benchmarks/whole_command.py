@@ -222,9 +222,10 @@ def training_flops(recipe: dict) -> tuple[float, float]:
     records = []
     for epoch in range(training.epochs):
         batches.set_epoch(epoch)
-        inputs = [batches.batch(step)[0] for step in range(len(batches))]
-        records += [step_record(x["padding_mask"], sequence_index=x.get("sequence_index"))
-                    for x in inputs]
+        for step in range(len(batches)):
+            inputs = batches.batch(step)[0]
+            records.append(step_record(inputs["padding_mask"],
+                                       sequence_index=inputs.get("sequence_index")))
     return flops(records[1:], model_shape(preset_folder()), training=True)
 
 

@@ -97,7 +97,7 @@ def pad_batch(features: Features, rows: np.ndarray, buckets: tuple[int, ...],
     when given (a process's share of a batch is padded as the whole batch is).
     Adds `padding_mask` (1 for real tokens) and `row_index`.
     """
-    lengths = features.lengths()[rows]
+    lengths = features.lengths(rows)
     width = padded_length(int(lengths.max()) if longest is None else longest, buckets)
     batch = {"padding_mask": (np.arange(width)[None, :] < lengths[:, None]).astype(np.int32),
              "row_index": rows}

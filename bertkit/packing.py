@@ -109,7 +109,7 @@ def pack_batch(features: Features, rows: np.ndarray, pad_lengths: tuple[int, ...
         >>> packed["sequence_index"].tolist(), packed["first_token_index"].tolist()
         ([[1, 1, 1, 2, 2, 0, 0, 0]], [0, 3])
     """
-    lengths = features.lengths()[rows]
+    lengths = features.lengths(rows)
     width = packing_width(int(lengths.max()), pad_lengths)
     layout = pack_lengths(lengths, width)
     count = len(layout)

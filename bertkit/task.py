@@ -106,9 +106,13 @@ class Features:
     def __len__(self) -> int:
         return len(self.columns["token_ids"])
 
-    def lengths(self) -> np.ndarray:
-        return np.fromiter((len(ids) for ids in self.columns["token_ids"]), dtype=np.int64,
-                           count=len(self))
+    def lengths(self, rows=None) -> np.ndarray:
+        """Token counts of all rows, or of `rows` (indices) only: a batch need not count
+        every row of the data."""
+        token_ids = self.columns["token_ids"]
+        picked = range(len(self)) if rows is None else rows
+        return np.fromiter((len(token_ids[i]) for i in picked), dtype=np.int64,
+                           count=len(picked))
 
     def is_sequence(self, name: str) -> bool:
         return isinstance(self.columns[name], list)

@@ -423,7 +423,7 @@ class _Trainer:
         if initial_epoch:
             print(f"resuming {self.run.path} after epoch {initial_epoch}", file=sys.stderr)
         trained.fit(batches.as_dataset(), epochs=self.training.epochs, callbacks=callbacks,
-                  verbose=self.verbose if writes else 0, shuffle=False)  # shuffled per epoch
+                    verbose=self.verbose if writes else 0, shuffle=False)  # shuffled per epoch
         if writes:
             self.run.set_status(RUNNING, trained=True)  # then the checkpoint is not needed
             shutil.rmtree(self.run.checkpoint_dir, ignore_errors=True)

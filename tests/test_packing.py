@@ -14,7 +14,13 @@ from bertkit.batching import TrainingBatches, bucket_lengths, pad_batch, padding
 from bertkit.distribution import data_parallel_scope
 from bertkit.errors import UserError
 from bertkit.optimization import make_optimizer
-from bertkit.packing import pack_batch, pack_lengths, packed_training_model, packing_width
+from bertkit.packing import (
+    PositionsById,
+    pack_batch,
+    pack_lengths,
+    packed_training_model,
+    packing_width,
+)
 from bertkit.recipe import TrainingConfig, load_recipe
 from bertkit.task import Features
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
@@ -94,6 +100,10 @@ def test_packed_model_gives_every_row_the_outputs_of_the_padded_model():
     model = two_head_model(backbone)
     packed_model = packed_training_model(model, backbone)
     assert {id(w) for w in packed_model.weights} == {id(w) for w in model.weights}
+    assert json.loads(packed_model.to_json())  # what TensorBoard writes of the trained model
+    (positions,) = [layer for layer in packed_model.layers if isinstance(layer, PositionsById)]
+    assert type(positions).from_config(positions.get_config()).position_embedding.name == \
+        "position_embedding"
     rows = np.arange(40)
     padded = pad_batch(features, rows, PAD_LENGTHS)
     packed = pack_batch(features, rows, PAD_LENGTHS)

@@ -10,7 +10,6 @@ JSON (no pickles): ragged columns are stored as concatenated values plus row off
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 from pathlib import Path
 
@@ -47,39 +46,76 @@ def _unpack_features(prefix: str, layout: dict, data) -> Features:
     return Features(columns, data[f"{prefix}/example_index"], layout["pad_values"])
 
 
-def _examples_to_json(examples: list) -> dict:
+def _type_name(kind: type) -> str:
+    return f"{kind.__module__}:{kind.__qualname__}"
+
+
+def _examples_to_json(examples: list, example_type: type | None) -> dict | None:
+    """The examples as JSON, or None when they are not all of the task's `Example` type."""
     if not examples:
         return {"type": None, "items": []}
-    kind = type(examples[0])
-    if not dataclasses.is_dataclass(kind):
-        raise TypeError(f"examples of type {kind.__name__} are not dataclasses")
-    return {"type": f"{kind.__module__}:{kind.__qualname__}",
+    if example_type is None or not all(type(e) is example_type for e in examples):
+        return None
+    return {"type": _type_name(example_type),
             "items": [dataclasses.asdict(e) for e in examples]}
 
 
-def _examples_from_json(value: dict) -> list:
-    if value["type"] is None:
+def _examples_from_json(value, example_type: type | None, path) -> list | None:
+    """Rebuilds the stored examples as the recipe's task `Example` type, and only as that.
+
+    The file only names the type; it is compared with the task's, never imported: a
+    features file is data from elsewhere and must not choose code to run.
+    """
+    if not isinstance(value, dict) or not isinstance(value.get("items"), list):
+        raise UserError("not a bertkit features file (validation examples)", source=path)
+    if value.get("type") is None:
         return []
-    module, _, name = value["type"].partition(":")
-    kind = getattr(importlib.import_module(module), name)
-    return [kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in item.items()})
-            for item in value["items"]]
+    if example_type is None or value["type"] != _type_name(example_type):
+        expected = _type_name(example_type) if example_type else "none"
+        raise UserError(f"validation examples of type {str(value['type'])[:80]!r}; the "
+                        f"recipe's task reads {expected}", source=path)
+    fields = {field.name for field in dataclasses.fields(example_type)}
+    examples = []
+    for number, item in enumerate(value["items"], 1):
+        if not isinstance(item, dict) or set(item) - fields:
+            raise UserError(f"validation example {number} is not a {example_type.__name__} "
+                            f"(fields: {', '.join(sorted(fields))})", source=path)
+        try:
+            examples.append(example_type(**{k: _frozen(v) for k, v in item.items()}))
+        except TypeError as error:  # a required field missing
+            raise UserError(f"validation example {number}: {error}", source=path) from None
+    return examples
+
+
+def _frozen(value):
+    """JSON lists back to the tuples the frozen example dataclasses hold."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
+
+
+def keeps_validation(validation: Features | None, examples: list | None,
+                     example_type: type | None) -> bool:
+    """Whether a features file can hold this validation split (see `write_feature_file`)."""
+    return (validation is not None and not validation.extras
+            and _examples_to_json(examples or [], example_type) is not None)
 
 
 def write_feature_file(path, *, description: dict, train: Features,
-                       validation: Features | None, validation_examples: list | None) -> Path:
+                       validation: Features | None, validation_examples: list | None,
+                       example_type: type | None = None) -> Path:
     """Saves featurized splits and what is needed to evaluate the validation split.
 
     Validation rows whose decoding needs extras (character offsets, windows: tagging,
-    span QA) are left out: those tasks decode with TensorFlow ops anyway, so their
-    validation is evaluated where TensorFlow is (`bertkit evaluate RUN_DIR`).
+    span QA), or whose examples are not of the task's `example_type` (`Task.Example`),
+    are left out: their validation is evaluated where TensorFlow is (`bertkit evaluate
+    RUN_DIR`).
     """
     arrays: dict = {}
     header = {"format": FORMAT_VERSION, "description": description,
               "train": _pack_features("train", train, arrays)}
-    if validation is not None and not validation.extras:
+    if keeps_validation(validation, validation_examples, example_type):
         header["validation"] = _pack_features("validation", validation, arrays)
-        header["validation_examples"] = _examples_to_json(validation_examples or [])
+        header["validation_examples"] = _examples_to_json(validation_examples or [],
+                                                          example_type)
     arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,8 +132,12 @@ class FeatureFile:
     validation_examples: list | None
 
 
-def read_feature_file(path) -> FeatureFile:
-    """Loads what `write_feature_file` wrote (no TensorFlow needed)."""
+def read_feature_file(path, example_type: type | None = None) -> FeatureFile:
+    """Loads what `write_feature_file` wrote (no TensorFlow needed).
+
+    Validation examples are rebuilt as `example_type` (the recipe's `Task.Example`) when
+    the file's match it, else refused; without `example_type` they are not read.
+    """
     try:
         data = np.load(path, allow_pickle=False)
         header = json.loads(bytes(data["header"]).decode())
@@ -105,13 +145,20 @@ def read_feature_file(path) -> FeatureFile:
         raise UserError("features file not found", source=path) from None
     except (OSError, ValueError, KeyError) as error:
         raise UserError(f"not a bertkit features file ({error})", source=path) from None
-    if header.get("format") != FORMAT_VERSION:
-        raise UserError(f"features file format {header.get('format')} is not "
-                        f"{FORMAT_VERSION}; featurize again", source=path)
-    validation = None
-    if "validation" in header:
-        validation = _unpack_features("validation", header["validation"], data)
-    examples = (_examples_from_json(header["validation_examples"])
-                if "validation_examples" in header else None)
-    return FeatureFile(header["description"], _unpack_features("train", header["train"], data),
-                       validation, examples)
+    if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
+        found = header.get("format") if isinstance(header, dict) else None
+        raise UserError(f"features file format {found} is not {FORMAT_VERSION}; featurize "
+                        "again", source=path)
+    try:
+        validation = None
+        if "validation" in header:
+            validation = _unpack_features("validation", header["validation"], data)
+        train = _unpack_features("train", header["train"], data)
+        description = dict(header["description"])
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise UserError(f"damaged features file ({type(error).__name__}: {error})"[:200],
+                        source=path) from None
+    examples = None
+    if example_type is not None and "validation_examples" in header:
+        examples = _examples_from_json(header["validation_examples"], example_type, path)
+    return FeatureFile(description, train, validation, examples)

@@ -15,6 +15,9 @@ What a task declares, each as a small piece:
 `sequence_outputs`     names of model outputs with one value per token; `decode`
                        gets them cut to each row's length
 `read`                 file -> examples (raise `UserError` with file and line)
+`Example`              optional: the dataclass `read` returns; a features file
+                       stores validation examples only of this type and rebuilds
+                       only this type from one (never a class a file names)
 `split_validation`     optional: hold out part of the training data when there is no
                        validation file (MLM holds out documents)
 `fit_state`            train examples -> JSON state saved with the model (labels)
@@ -171,6 +174,9 @@ class Task:
     sequence_outputs: ClassVar[tuple] = ()
     # Whether `training.packing` may lay several rows into one (see `bertkit.packing`).
     packs: ClassVar[bool] = False
+    # The dataclass `read` returns (None: other values): features files store and rebuild
+    # validation examples of this type only, so a file cannot name code to run.
+    Example: ClassVar[type | None] = None
 
     def __init__(self, options, data, tokenizer, sequence_length: int, state: dict | None = None):
         self.options = options

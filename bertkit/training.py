@@ -97,15 +97,16 @@ def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
     installed (for example JAX on a GPU machine). Default path:
     `<output_dir>.features.npz`.
     """
-    from bertkit.feature_file import write_feature_file
+    from bertkit.feature_file import keeps_validation, write_feature_file
 
     recipe = _as_recipe(recipe, overrides, sections, None)
     data = TaskData.read(recipe)
     out = Path(out or f"{recipe.output_dir}.features.npz")
     path = write_feature_file(out, description=data.description, train=data.train_features,
                               validation=data.validation_features,
-                              validation_examples=data.validation)
-    kept = data.validation_features is not None and not data.validation_features.extras
+                              validation_examples=data.validation,
+                              example_type=data.task.Example)
+    kept = keeps_validation(data.validation_features, data.validation, data.task.Example)
     print(f"wrote {path}: {len(data.train_features)} training rows, "
           f"{len(data.validation_features) if kept else 0} validation rows")
     if data.validation_features is not None and not kept:
@@ -178,10 +179,12 @@ class TaskData:
         from bertkit.backbone import load_pretrained
         from bertkit.feature_file import read_feature_file
 
-        stored = read_feature_file(path)
-        expected = _description(_new_task(recipe), recipe)
-        for key in ("task", "options", "data", "sequence_length", "bucket_lengths"):
-            if stored.description[key] != expected[key]:
+        reader = _new_task(recipe)
+        stored = read_feature_file(path, example_type=reader.Example)
+        expected = _description(reader, recipe)
+        for key in ("task", "options", "data", "sequence_length", "bucket_lengths", "state"):
+            if key not in stored.description or (key != "state" and
+                                                 stored.description[key] != expected[key]):
                 raise UserError(f"was made from another recipe ({key} differs); run "
                                 "'bertkit featurize' on this recipe", source=path)
         pretrained = cls._backbone(recipe, load_pretrained)

@@ -47,6 +47,7 @@ class ClassificationTask(Task):
     description = "Text and text-pair classification from the [CLS] token (accuracy, F1, MCC)."
     Options = ClassificationOptions
     Data = ClassificationData
+    Example = TextExample
     monitor = "accuracy"
     packs = True  # the head reads pooled_output, which packing gathers per row
 

@@ -100,6 +100,7 @@ class MaskedLMTask(Task):
     description = "Masked-LM (+ next sentence) continued pretraining; fill-mask predictions."
     Options = MaskedLMOptions
     Data = CorpusData
+    Example = Document
     monitor = "perplexity"
     mode = "min"
 

@@ -243,26 +243,40 @@ def _evaluate(args):
 
     model = bertkit.load(args.run_dir)
     output = Path(args.predictions_dir) if args.predictions_dir else model.run.path / "evaluation"
+    metrics = {}
+
+    def evaluate_into(folder):
+        metrics.update(model.evaluate(args.data, predictions_dir=folder, progress=True))
+        print(model.task.format_metrics(metrics))
+        if folder is not None:
+            write_json(folder / "metrics.json", {"data": args.data or "validation",
+                                                 "metrics": metrics})
+
     try:
-        output.mkdir(exist_ok=True, parents=bool(args.predictions_dir))
-        writable = os.access(output, os.W_OK)
-    except FileExistsError:
-        raise UserError("exists and is not a folder", source=output) from None
-    except OSError:
-        writable = False
-    metrics = model.evaluate(args.data, predictions_dir=output if writable else None,
-                             progress=True)
-    print(model.task.format_metrics(metrics))
-    try:
-        if not writable:
+        if args.predictions_dir and _writable_folder(output):
+            evaluate_into(output)
+        elif not args.predictions_dir and os.access(model.run.path, os.W_OK):
+            # in the run: a fresh folder replaces the old one (and any link in its place)
+            model.run.replace_folder("evaluation", evaluate_into)
+        else:
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(output))
-        write_json(output / "metrics.json", {"data": args.data or "validation",
-                                             "metrics": metrics})
-    except OSError as error:  # a read-only run: the metrics above are the result
+    except OSError as error:  # a read-only run: the metrics printed are the result
+        if not metrics:
+            evaluate_into(None)
         print(f"bertkit: warning: results not saved in {output}: {error.strerror}",
               file=sys.stderr)
         return 0
     print(f"wrote {output}")
+
+
+def _writable_folder(output: Path) -> bool:
+    try:
+        output.mkdir(exist_ok=True, parents=True)
+        return os.access(output, os.W_OK)
+    except FileExistsError:
+        raise UserError("exists and is not a folder", source=output) from None
+    except OSError:
+        return False
 
 
 def _predict(args):

@@ -154,9 +154,12 @@ class FineTunedModel:
         error analysis (`Task.report`: per-class report, confusion matrix, errors)
         as `report.md` with its figures. `progress` shows progress on stderr.
         """
-        path = path or self.task.data.validation or self.task.data.test
         if path is None:
-            raise UserError("no evaluation file: pass --data FILE")
+            key = "data.validation" if self.task.data.validation else "data.test"
+            named = self.task.data.validation or self.task.data.test
+            if named is None:
+                raise UserError("no evaluation file: pass --data FILE")
+            path = self.run.data_file(named, key)
         examples = self.task.read(str(path))
         batch_size = batch_size or 2 * self.description["batch_size"]
         shown = None
@@ -174,6 +177,7 @@ class FineTunedModel:
 
     def export(self, directory) -> Path:
         """Writes a raw-text SavedModel (see `bertkit.export`)."""
-        from bertkit.export import export_saved_model
+        from bertkit.export import check_finite_weights, export_saved_model
 
+        check_finite_weights(self.model, self.run.weights_file)
         return export_saved_model(self.task, self.model, directory, self.description)

@@ -13,6 +13,13 @@ Layout::
     saved_model/         raw-text TensorFlow SavedModel
     .lock                held (flock) by the finetune writing the run; names its process
 
+A run directory may come from someone else, so what it holds is data, never a choice
+of files: the files it is loaded from must lie inside it (no link out), what bertkit
+writes into it replaces links instead of writing through them, and the data files
+`model/task.json` names are read by default only for a run that this user's bertkit
+wrote (`is_written_here`); another run's are resolved against the run and must stay
+inside it.
+
 A finished run is never overwritten without `overwrite=True`; an unfinished run
 of the same recipe is resumed; a folder that is not a run directory is never
 touched. A run replaced with `overwrite=True` is moved aside to
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -64,6 +72,20 @@ def read_json(path, what: str = "file"):
         raise UserError(f"corrupt {what}: {error.msg}", source=path, line=error.lineno) from None
 
 
+def user_cache_dir() -> Path:
+    """bertkit's cache folder: `$BERTKIT_CACHE`, else `~/.cache/bertkit`."""
+    return Path(os.environ.get("BERTKIT_CACHE", Path.home() / ".cache" / "bertkit"))
+
+
+def _written_record(task_file: Path) -> Path | None:
+    """Where the digest of a task description this user's bertkit wrote is recorded."""
+    try:
+        digest = hashlib.sha256(task_file.read_bytes()).hexdigest()
+    except OSError:
+        return None
+    return user_cache_dir() / "written-runs" / digest
+
+
 class RunDirectory:
     """Paths inside one run directory."""
 
@@ -88,7 +110,60 @@ class RunDirectory:
         if not run.task_file.exists() or not run.weights_file.exists():
             raise UserError("not a bertkit run directory with a trained model (no "
                             "model/task.json or model/model.weights.h5)", source=run.path)
+        for entry in [run.model_dir, *run.model_dir.iterdir()]:
+            run.inside(entry, entry)
         return run
+
+    def inside(self, path: Path, named, key: str | None = None, hint: str = "") -> Path:
+        """`path` resolved, which must lie inside the run (after links); the error names
+        `named` (the file, or the `task.json` that names it under `key`)."""
+        resolved = Path(path).resolve()
+        if not resolved.is_relative_to(self.path.resolve()):
+            raise UserError(f"leads outside the run directory (to {resolved}); a run "
+                            f"directory from elsewhere does not choose files to read{hint}",
+                            source=named, key=key)
+        return resolved
+
+    def write_task_description(self, description: dict) -> None:
+        """Writes `model/task.json` and records it as written by this user's bertkit."""
+        write_json(self.task_file, description)
+        record = _written_record(self.task_file)
+        with contextlib.suppress(OSError):  # no cache folder: data files then need --data
+            record.parent.mkdir(parents=True, exist_ok=True)
+            record.touch()
+
+    def is_written_here(self) -> bool:
+        """Whether this user's bertkit wrote the run's `model/task.json` as it is now."""
+        record = _written_record(self.task_file)
+        return record is not None and record.exists()
+
+    def data_file(self, value: str, key: str) -> Path:
+        """A data file `model/task.json` names (`key`, e.g. `data.validation`).
+
+        Relative names are resolved against the run. A run this user's bertkit wrote
+        names the recipe's files, which may lie anywhere; any other run only files
+        inside itself.
+        """
+        path = self.path / value
+        if self.is_written_here():
+            return path
+        return self.inside(path, self.task_file, key, hint="; pass --data FILE")
+
+    def replace_folder(self, name: str, fill) -> Path:
+        """Writes `name` in the run afresh: `fill(folder)` writes into a new folder that
+        then takes the place of the old one (a link there is replaced, not followed)."""
+        target = self.path / name
+        fresh = Path(tempfile.mkdtemp(dir=self.path, prefix=f".{name}.new-"))
+        try:
+            fill(fresh)
+            if target.is_symlink() or target.exists():
+                old = Path(tempfile.mkdtemp(dir=self.path, prefix=f".{name}.old-"))
+                os.replace(target, old / name)
+                shutil.rmtree(old)  # removes links without following them
+            os.replace(fresh, target)
+        finally:
+            shutil.rmtree(fresh, ignore_errors=True)
+        return target
 
     @property
     def replaced_dir(self) -> Path:

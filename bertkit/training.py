@@ -299,7 +299,7 @@ class _Trainer:
             trained.optimizer.build(trained.trainable_variables)
             if self.writes:
                 save_architecture(data.pretrained, self.run.model_dir)
-                write_json(self.run.task_file, description)
+                self.run.write_task_description(description)
 
         # ---- fit: its steps and evaluations are timed apart; `fit_overhead` is the rest
         # (Keras' set-up, checkpoints, TensorBoard logs, the metrics file)
@@ -373,7 +373,7 @@ class _Trainer:
             task.state = {**task.state, **update}
             description = {**description, "state": task.state}
             if self.writes:
-                write_json(self.run.task_file, description)
+                self.run.write_task_description(description)
             predictions = validation.decode(outputs)
         if self.writes:
             task.write_predictions(validation.examples, predictions, self.run.path)

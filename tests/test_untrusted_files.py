@@ -96,3 +96,98 @@ def test_a_damaged_header_is_one_line(featurized, tmp_path):
                     lambda header: header.pop("train"))
     with pytest.raises(UserError, match="bad.npz: damaged features file"):
         read_feature_file(tmp_path / "bad.npz")
+
+
+# ---- run directories from elsewhere
+
+@pytest.fixture(scope="module")
+def trained(featurized):
+    """A finished tiny run (`run/`) next to its recipe and data."""
+    import bertkit
+
+    bertkit.finetune(featurized / "r.yaml", output_dir=featurized / "run", verbose=0)
+    return featurized / "run"
+
+
+@pytest.fixture
+def foreign_run(trained, tmp_path):
+    """A copy of the run whose `model/task.json` `edit` changes (so not written here)."""
+    import shutil
+
+    shutil.copytree(trained, tmp_path / "foreign", ignore=shutil.ignore_patterns(".lock"))
+
+    def edit(**data):
+        task_file = tmp_path / "foreign" / "model" / "task.json"
+        description = json.loads(task_file.read_text())
+        description["data"].update(data)
+        task_file.write_text(json.dumps(description))
+        return tmp_path / "foreign"
+
+    return edit
+
+
+def evaluate(*args):
+    from bertkit import cli
+
+    return cli.main(["evaluate", *map(str, args)])
+
+
+def test_a_foreign_run_cannot_name_a_file_to_read(foreign_run, capsys):
+    run = foreign_run(validation="/etc/passwd")
+    assert evaluate(run) == 2
+    out, err = capsys.readouterr()
+    task_file = run / "model" / "task.json"
+    assert err == (f"bertkit: error: {task_file}: data.validation: leads outside the run "
+                   "directory (to /etc/passwd); a run directory from elsewhere does not choose "
+                   "files to read; pass --data FILE\n")
+    assert "root:" not in out + err  # the first line of /etc/passwd was printed before
+    assert not (run / "evaluation").exists()
+
+
+def test_a_foreign_runs_relative_paths_resolve_against_the_run(foreign_run, trained, capsys,
+                                                              monkeypatch, tmp_path):
+    import shutil
+
+    assert evaluate(foreign_run(validation="../../etc/passwd")) == 2
+    assert "leads outside the run directory" in capsys.readouterr().err
+    run = foreign_run(validation="data/dev.tsv")
+    (run / "data").mkdir()
+    shutil.copy(trained.parent / "dev.tsv", run / "data" / "dev.tsv")
+    monkeypatch.chdir(tmp_path)  # not the run: relative names are the run's own
+    assert evaluate(run) == 0
+    assert capsys.readouterr().out.startswith("accuracy: ")
+
+
+def test_a_run_written_here_reads_its_recipes_files(trained, capsys):
+    assert evaluate(trained) == 0
+    assert capsys.readouterr().out.startswith("accuracy: ")
+    assert json.loads((trained / "evaluation" / "metrics.json").read_text())["data"] == (
+        "validation")
+
+
+def test_evaluate_replaces_a_link_in_the_run_with_its_own_folder(trained, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained, run, ignore=shutil.ignore_patterns(".lock", "evaluation"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run / "evaluation").symlink_to(elsewhere)
+    assert evaluate(run) == 0
+    capsys.readouterr()
+    assert list(elsewhere.iterdir()) == []
+    assert not (run / "evaluation").is_symlink()
+    assert (run / "evaluation" / "metrics.json").is_file()
+
+
+def test_a_model_file_linking_out_of_the_run_is_refused(trained, tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained, run, ignore=shutil.ignore_patterns(".lock"))
+    (run / "model" / "vocab.txt").unlink()
+    (run / "model" / "vocab.txt").symlink_to("/etc/passwd")
+    assert evaluate(run) == 2
+    assert capsys.readouterr().err == (
+        f"bertkit: error: {run / 'model' / 'vocab.txt'}: leads outside the run directory (to "
+        "/etc/passwd); a run directory from elsewhere does not choose files to read\n")

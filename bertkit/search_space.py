@@ -13,7 +13,8 @@ search's own settings::
 A range is searched as an integer when the recipe value is an integer, else as a
 number; every bound and choice is checked against the recipe schema of the value it
 sets, so a trial's recipe is valid before any trial runs. Pure: Optuna is used only
-through the `trial` object given to `SearchSpace.suggest`.
+through the `trial` object given to `SearchSpace.suggest`, and imported only by
+`Dimension.distribution` (what a study records of a value, to compare with it).
 """
 
 from __future__ import annotations
@@ -77,6 +78,18 @@ class Dimension:
             return trial.suggest_int(self.key, self.low, self.high, step=self.step or 1,
                                      log=self.log)
         return trial.suggest_float(self.key, self.low, self.high, step=self.step, log=self.log)
+
+    def distribution(self):
+        """The Optuna distribution `suggest` draws from, as a study records it."""
+        from optuna import distributions
+
+        if self.choices is not None:
+            return distributions.CategoricalDistribution(list(self.choices))
+        if self.integer:
+            return distributions.IntDistribution(self.low, self.high, step=self.step or 1,
+                                                 log=self.log)
+        return distributions.FloatDistribution(self.low, self.high, step=self.step,
+                                               log=self.log)
 
     def to_plain(self):
         if self.choices is not None:

@@ -28,6 +28,7 @@ from bertkit.errors import UserError
 from bertkit.recipe import Recipe, check_inputs, load_recipe
 from bertkit.run_dir import FINISHED, RunDirectory, read_json
 from bertkit.study import StudyPlace, open_study, quiet_experimental_warnings
+from bertkit.task import Task
 
 INSTALL_HINT = 'hyperparameter search needs Optuna: pip install "bertkit[tune]"'
 _FINISHED_STATES = ("COMPLETE", "PRUNED")
@@ -49,7 +50,8 @@ def tune(recipe, *, trials: int | None = None, timeout: float | None = None,
         trials: finished trials to reach (default: `search.trials`).
         timeout: seconds after which no new trial starts (default: `search.timeout`).
         storage: an Optuna RDB URL (default: SQLite in the study folder).
-        study_name: default: the name of the recipe's `output_dir`.
+        study_name: default: the name of the recipe's `output_dir` (with a `storage`, also
+            a short hash of the study folder's absolute path; see `StudyPlace.of`).
         output_dir: the study folder (default: `<output_dir>.study`).
         overrides: `--set`-style strings applied to every trial's recipe.
         heartbeat_seconds: how often a worker tells the storage its trial is alive.
@@ -83,10 +85,13 @@ def tune(recipe, *, trials: int | None = None, timeout: float | None = None,
     """
     optuna = require_optuna()
     base = load_search_recipe(recipe, overrides)
-    check_inputs(base)  # a missing file fails once here, not in every trial
+    check_search(base)  # a missing file or validation split fails once here, not every trial
     place = StudyPlace.of(base, output_dir, storage, study_name)
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # a line per trial is printed here
     study = open_study(place, base, heartbeat_seconds, create=True)
+    if storage:  # a shared storage: workers elsewhere join this study by its name
+        print(f"study '{place.name}' (other workers join it with --study {place.name})",
+              flush=True)
     target = trials or base.search.options.trials
     objective = Objective(recipe, list(overrides or []), base, place.folder, target, verbose)
     seconds = timeout or base.search.options.timeout
@@ -119,6 +124,30 @@ def load_search_recipe(recipe, overrides=None) -> Recipe:
                         "training.learning_rate: {low: 1.0e-5, high: 1.0e-4, log: true}}'",
                         source=base.source)
     return base
+
+
+def check_search(recipe: Recipe) -> None:
+    """Checks that a search over `recipe` can start (`bertkit check` runs it too).
+
+    Its files must exist, and trials are scored on a validation split: `data.validation`,
+    or part of `data.train` that the task holds out (MLM holds out documents; the
+    training file is then read to see that some are). Without one, every trial would
+    train in full and then fail.
+    """
+    check_inputs(recipe)
+    if recipe.data.validation:
+        return
+    task_class = recipe.task_class()
+    message = ("hyperparameter search scores trials on a validation split, and the "
+               f"{recipe.task} task held none out of data.train")
+    if task_class.split_validation is Task.split_validation:  # it never holds any out
+        raise UserError(f"{message}; add data.validation", source=recipe.source,
+                        key="data.validation")
+    reader = task_class(recipe.task_options, recipe.data, None, recipe.backbone.sequence_length)
+    train = reader.read(recipe.data.train)
+    if not reader.split_validation(train)[1]:
+        raise UserError(f"{message} ({len(train)} examples, too few to hold some out); add "
+                        "data.validation", source=recipe.source, key="data.validation")
 
 
 def run_trials(study, objective: Objective, deadline: float | None,
@@ -181,12 +210,22 @@ class Objective:
         self.last_error = None
 
     def __call__(self, trial):
-        import optuna
-
         self.last_error = None
         if sum(count_trials(trial.study, before=trial.number)) >= self.target:
             trial.set_user_attr("surplus", True)
             raise SurplusTrial(f"trial {trial.number} is not needed")
+        try:
+            return self._trial(trial)
+        except UserError as error:  # each counts toward `run_trials`' 3 failures in a row
+            self.last_error = error
+            trial.set_user_attr("error", str(error))
+            print(f"trial {trial.number} failed: {error}", flush=True)
+            raise
+
+    def _trial(self, trial) -> float:
+        """Runs the trial; its value, or `optuna.TrialPruned`."""
+        import optuna
+
         values = self.space.suggest(trial)
         run = RunDirectory(self.folder / f"trial-{trial.number:04d}")
         trial.set_user_attr("run_dir", str(run.path))
@@ -209,21 +248,17 @@ class Objective:
 
         recipe = load_recipe(self.recipe, [*self.overrides, *self.space.overrides(values)])
         reporter = ReportToTrial(trial, f"val_{self.monitor}")
-        try:
-            finetune(dataclasses.replace(recipe, search=None), output_dir=run.path,
-                     callbacks=[reporter], verbose=self.verbose)
-        except UserError as error:  # e.g. a learning rate at which training diverged
-            self.last_error = error
-            trial.set_user_attr("error", str(error))
-            print(f"trial {trial.number} failed: {error}", flush=True)
-            raise
+        # A UserError (e.g. a learning rate at which training diverged) fails the trial.
+        finetune(dataclasses.replace(recipe, search=None), output_dir=run.path,
+                 callbacks=[reporter], verbose=self.verbose)
         return reporter.pruned_after
 
     def _final_value(self, run: RunDirectory) -> float:
         final = read_json(run.metrics_file).get("final", {})
         if self.monitor not in final.get("validation", {}):
-            raise UserError("hyperparameter search needs a validation split "
-                            "(data.validation)", key="data.validation")
+            raise UserError("hyperparameter search scores trials on a validation split, and "
+                            "this trial's run had none; add data.validation",
+                            key="data.validation")
         return float(final["validation"][self.monitor])
 
 

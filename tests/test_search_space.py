@@ -57,6 +57,14 @@ def test_integer_ranges_are_suggested_as_integers(tmp_path):
     assert isinstance(values["training.epochs"], int) and 1 <= values["training.epochs"] <= 5
 
 
+def test_a_dimension_names_the_distribution_a_study_records(tmp_path):
+    text = RECIPE.replace("[2, 3, 4]", "{low: 1, high: 5}")
+    space = load_recipe(write(tmp_path, text)).search
+    trial = optuna.create_study().ask()
+    space.suggest(trial)
+    assert {d.key: d.distribution() for d in space.dimensions} == trial.distributions
+
+
 def replace_line(old, new):
     assert old in RECIPE
     return RECIPE.replace(old, new)

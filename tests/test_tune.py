@@ -6,9 +6,11 @@ killed with kill -9 in the middle of a trial and started again, and together the
 must finish exactly the requested 4 trials.
 """
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ import pytest
 import yaml
 
 from bertkit import cli, tuning
+from bertkit.errors import UserError
 from bertkit.run_dir import RunDirectory
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
 
@@ -34,16 +37,20 @@ def files(tmp_path_factory):
     return folder
 
 
-def write_recipe(folder, name, **search):
+CLASSIFICATION_DATA = {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"}
+RATE = {"low": 1e-4, "high": 1e-2, "log": True}
+
+
+def write_recipe(folder, name, *, task="classification", data=CLASSIFICATION_DATA, epochs=2,
+                 output_dir=None, rate=RATE, **search):
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump({
-        "schema": 1, "task": "classification",
+        "schema": 1, "task": task,
         "backbone": {"preset": "tiny", "sequence_length": 32},
-        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
-        "training": {"epochs": 2, "batch_size": 16},
-        "output_dir": name,
-        "search": {"training.learning_rate": {"low": 1e-4, "high": 1e-2, "log": True},
-                   **search}}))
+        "data": data,
+        "training": {"epochs": epochs, "batch_size": 16},
+        "output_dir": output_dir or name,
+        "search": {"training.learning_rate": rate, **search}}))
     return path
 
 
@@ -223,3 +230,183 @@ def test_a_recipe_without_search_section_is_one_line(files, capsys):
     assert cli.main(["tune", str(recipe)]) == 2
     assert capsys.readouterr().err.startswith(
         f"bertkit: error: {recipe}: has no 'search' section; add one")
+
+
+# ---- a search that would never end, or end wrong (issue 28)
+
+NO_VALIDATION = {"train": "train.tsv", "text": "sentence"}
+NO_HELD_OUT = ("data.validation: hyperparameter search scores trials on a validation split, and "
+               "the {task} task held none out of data.train{detail}; add data.validation")
+
+
+def write_corpus(path, documents):
+    path.write_text("\n\n".join(["john visited paris .\nit was quite funny ."] * documents) + "\n")
+    return path.name
+
+
+@pytest.fixture(scope="module")
+def without_validation(files):
+    """A classification recipe without data.validation; an MLM corpus of 5 documents, of
+    which the default `validation_fraction` (0.05) holds out none."""
+    mlm_data = {"train": write_corpus(files / "five_documents.txt", 5)}
+    return {"classification": (write_recipe(files, "no_dev", data=NO_VALIDATION), ""),
+            "mlm": (write_recipe(files, "no_held_out", task="mlm", data=mlm_data),
+                    " (5 examples, too few to hold some out)")}
+
+
+@pytest.mark.parametrize("task", ["classification", "mlm"])
+def test_tune_without_a_validation_split_ends_before_the_first_trial(
+        without_validation, task, capsys):
+    recipe, detail = without_validation[task]
+    started = time.monotonic()
+    assert cli.main(["tune", str(recipe)]) == 2
+    assert time.monotonic() - started < 10
+    assert capsys.readouterr().err == (
+        f"bertkit: error: {recipe}: {NO_HELD_OUT.format(task=task, detail=detail)}\n")
+    assert not recipe.with_suffix(".study").exists()  # no study, no trial
+
+
+@pytest.mark.parametrize("task", ["classification", "mlm"])
+def test_check_reports_a_search_without_a_validation_split(without_validation, task, capsys):
+    recipe, detail = without_validation[task]
+    assert cli.main(["check", str(recipe)]) == 2
+    assert capsys.readouterr().err == (
+        f"bertkit: error: {recipe}: {NO_HELD_OUT.format(task=task, detail=detail)}\n")
+
+
+def test_check_passes_a_search_with_a_validation_split(files, capsys):
+    assert cli.main(["check", str(write_recipe(files, "checked"))]) == 0
+    assert "search:" in capsys.readouterr().out
+
+
+def test_a_trial_that_trains_but_cannot_be_scored_counts_as_a_failure(without_validation,
+                                                                      capsys):
+    """Such a trial once escaped `run_trials`' "3 trials in a row failed" and the search
+    trained forever (`tune` now refuses the recipe first; the objective is given it here)."""
+    recipe = without_validation["classification"][0]
+    base = tuning.load_search_recipe(recipe)
+    study = optuna.create_study(direction="maximize")
+    objective = tuning.Objective(recipe, ["training.epochs=1"], base,
+                                 recipe.with_suffix(".trials"), target=5, verbose=0)
+    study.optimize(objective, n_trials=1, catch=(UserError,))
+    message = ("data.validation: hyperparameter search scores trials on a validation split, "
+               "and this trial's run had none; add data.validation")
+    assert str(objective.last_error) == message  # what run_trials counts
+    assert study.trials[0].state.name == "FAIL"
+    assert study.trials[0].user_attrs["error"] == message
+    assert f"trial 0 failed: {message}" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def seeded(files):
+    """A study with a seeded random sampler, extended by a second `tune` call."""
+    recipe = write_recipe(files, "seeded", epochs=1, sampler="random", seed=0, pruner="none")
+    tuning.tune(recipe, trials=1, verbose=0)
+    study = tuning.tune(recipe, trials=2, verbose=0)
+    return recipe, study
+
+
+def test_a_seeded_study_draws_new_values_when_it_is_run_again(seeded):
+    _, study = seeded
+    rates = [t.params["training.learning_rate"] for t in complete_trials(study)]
+    assert len(rates) == 2 and rates[0] != rates[1]
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_each_opening_of_a_seeded_study_samples_anew_and_reproducibly(files, tmp_path, sampler):
+    recipe = write_recipe(files, f"reopened_{sampler}", sampler=sampler, seed=0)
+    base = tuning.load_search_recipe(recipe)
+
+    def draws(folder, openings=3):
+        rates = []
+        for _ in range(openings):  # each opening as a new `tune` call: one trial, then stop
+            study = tuning.open_study(tuning.StudyPlace.of(base, folder), base, None, create=True)
+            trial = study.ask()
+            rates.append(base.search.suggest(trial)["training.learning_rate"])
+            study.tell(trial, 0.5)
+        return rates
+
+    first = draws(tmp_path / "one")
+    assert len(set(first)) == 3 and draws(tmp_path / "two") == first  # same seed, same study
+
+
+def test_a_study_of_another_task_is_refused(files, seeded, capsys):
+    corpus = write_corpus(files / "corpus.txt", 4)
+    recipe = write_recipe(files, "mlm_search", task="mlm",
+                          data={"train": corpus, "validation": corpus})
+    folder = seeded[0].with_suffix(".study")
+    assert cli.main(["tune", str(recipe), "--study", "seeded", "--output", str(folder)]) == 2
+    assert capsys.readouterr().err == (
+        f"bertkit: error: {recipe}: study 'seeded' maximizes accuracy of the classification "
+        "task, and this recipe minimizes perplexity of the mlm task; start a new study with "
+        "--study NAME or --output DIR\n")
+    assert len(seeded[1].trials) == len(optuna.load_study(
+        study_name="seeded", storage=f"sqlite:///{folder / 'study.db'}").trials)
+
+
+def test_on_a_shared_storage_study_names_differ_by_more_than_the_folder_name(files):
+    url = f"sqlite:///{files / 'shared_storage.db'}"
+    first, second = (tuning.load_search_recipe(write_recipe(
+        files, name, output_dir=f"{name}/model")) for name in ("project_a", "project_b"))
+    names = [tuning.StudyPlace.of(base, storage=url).name for base in (first, second)]
+    assert names[0] != names[1] and all(name.startswith("model-") for name in names)
+    assert tuning.StudyPlace.of(first, storage=url).name == names[0]  # the same each time
+    assert tuning.StudyPlace.of(first, storage=url, study_name="mine").name == "mine"
+    assert tuning.StudyPlace.of(first).name == "model"  # its own study.db: as before
+
+
+@pytest.mark.parametrize("rate, was_now", [
+    ({"low": 1e-4, "high": 1e-2}, "was 0.0001..0.01 log, now 0.0001..0.01"),
+    ([1e-3, 1e-2], "was 0.0001..0.01 log, now [0.001, 0.01]"),
+])
+def test_an_edited_search_section_names_the_changed_value(files, seeded, capsys, rate, was_now):
+    recipe = write_recipe(files, "seeded_edited", output_dir="seeded", rate=rate)
+    assert cli.main(["tune", str(recipe)]) == 2
+    assert capsys.readouterr().err == (
+        f"bertkit: error: {recipe}: search.training.learning_rate: changed since the study "
+        f"began ({was_now}), and Optuna cannot continue the study with it; undo the change, "
+        "or start a new study with --study NAME or --output DIR\n")
+
+
+def test_moved_bounds_continue_the_study(files, seeded):
+    recipe = write_recipe(files, "seeded_wider", output_dir="seeded",
+                          rate={"low": 1e-5, "high": 1e-2, "log": True})
+    base = tuning.load_search_recipe(recipe)
+    study = tuning.open_study(tuning.StudyPlace.of(base), base, None, create=True)
+    assert len(study.trials) == len(seeded[1].trials)
+
+
+def test_tune_output_naming_a_file_is_refused(files, capsys):
+    existing = files / "notes.txt"
+    existing.write_text("keep me\n")
+    assert cli.main(["tune", str(write_recipe(files, "to_file")), "--output", str(existing)]) == 2
+    assert capsys.readouterr().err == (
+        f"bertkit: error: {existing}: is a file; the study folder (--output) must be a folder "
+        "or new\n")
+    assert existing.read_text() == "keep me\n"
+
+
+def write_foreign_sqlite(path):
+    with contextlib.closing(sqlite3.connect(path)) as connection:
+        connection.execute("CREATE TABLE notes (text TEXT)")
+        connection.execute("INSERT INTO notes VALUES ('keep me')")
+        connection.commit()
+
+
+@pytest.mark.parametrize("write, problem", [
+    (write_foreign_sqlite, "is an SQLite database, but no Optuna study storage (its tables: "
+                           "notes)"),
+    (lambda path: path.write_text("keep me\n"), "is not an SQLite database (file is not a "
+                                                "database)"),
+])
+@pytest.mark.parametrize("report", [False, True])
+def test_a_foreign_file_as_study_db_is_refused(files, tmp_path, capsys, write, problem, report):
+    database = tmp_path / "study.db"
+    write(database)
+    before = database.read_bytes()
+    args = ["tune", str(write_recipe(files, "foreign")), "--output", str(tmp_path)]
+    assert cli.main(args + ["--report"] * report) == 2
+    assert capsys.readouterr().err == (
+        f"bertkit: error: {database}: {problem}; move it away, or give --output another "
+        "folder (or --storage another file)\n")
+    assert database.read_bytes() == before and sorted(tmp_path.iterdir()) == [database]

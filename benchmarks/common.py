@@ -144,10 +144,10 @@ def threads() -> dict:
 
 def count_training_rows(recipe: dict, workdir: Path) -> dict:
     """bertkit's feature rows and padded tokens per epoch, from its own featurize and batching."""
-    from bertkit.batching import TrainingBatches, bucket_lengths, padded_length
     from bertkit.feature_file import read_feature_file
+    from bertkit.padding import padded_length
     from bertkit.recipe import load_recipe
-    from bertkit.training import featurize
+    from bertkit.training import batch_plan, featurize
 
     data = {key: value for key, value in recipe["data"].items()
             if key not in ("validation", "test")}
@@ -155,13 +155,13 @@ def count_training_rows(recipe: dict, workdir: Path) -> dict:
     features = read_feature_file(path).train
     lengths = features.lengths()
     resolved = load_recipe(recipe)  # the training defaults the recipe leaves out
-    training, sequence_length = resolved.training, resolved.backbone.sequence_length
-    buckets = bucket_lengths(sequence_length)
-    batches = TrainingBatches(None, features, training.batch_size, buckets, training.seed,
-                              training.batch_order, training.micro_batches)
-    padded = sum(padded_length(int(lengths[rows].max()), buckets) * len(rows)
+    training = resolved.training
+    plan = batch_plan(resolved)  # finetune's batches on this backend
+    batches = plan.training_batches(None, features)
+    padded = sum(padded_length(int(lengths[rows].max()), plan.pad_lengths) * len(rows)
                  for epoch in range(training.epochs) for rows in batches.step_rows(epoch))
     return {"train_rows": len(lengths), "sequences_trained": len(lengths) * training.epochs,
+            "steps_trained": len(batches) * training.epochs,
             "tokens_trained": int(lengths.sum()) * training.epochs,
             "padded_tokens_trained": int(padded)}
 

@@ -30,7 +30,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from common import timed  # noqa: E402
 
-from bertkit.batching import TrainingBatches, bucket_lengths  # noqa: E402
+from bertkit.batch_plan import BatchPlan  # noqa: E402
+from bertkit.padding import bucket_lengths  # noqa: E402
 from bertkit.task import Features  # noqa: E402
 
 BERT_BASE_PARAMETERS = 109.5e6  # bert-base-uncased, embeddings included
@@ -80,8 +81,8 @@ def pipeline_rate(task_name: str, sequence_length: int, batch_size: int, lengths
     """Training batches made per CPU second of this thread (one core)."""
     features = synthetic_features(batch_size * batches, sequence_length, lengths,
                                   task_name == "tagging")
-    made = TrainingBatches(task(task_name, sequence_length), features, batch_size,
-                           bucket_lengths(sequence_length), seed=0, row_multiple=devices)
+    plan = BatchPlan(batch_size, bucket_lengths(sequence_length), row_multiple=devices)
+    made = plan.training_batches(task(task_name, sequence_length), features)
     result = {}
     with timed(result):
         started = time.thread_time()

@@ -20,7 +20,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401
 
 import bertkit
-from bertkit.batching import pad_batch
+from bertkit.padding import pad_batch
 
 
 def main():

@@ -191,8 +191,8 @@ class StepClock(keras.callbacks.Callback):
 class RecordedBatches(TrainingBatches):
     """bertkit's training batches, noting each step's padded shape as it is made."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, task, features, plan):
+        super().__init__(task, features, plan)
         self.records = {}
 
     def batch(self, step):
@@ -225,12 +225,11 @@ def first_rows(features, count: int):
 
 def run_bertkit(recipe: dict, rows: int) -> dict:
     """Fits one epoch over the first `rows` feature rows; records of training and inference."""
-    from bertkit.batching import padding_lengths
     from bertkit.callbacks import SetEpoch
     from bertkit.inference import predict_rows
     from bertkit.optimization import make_optimizer
     from bertkit.recipe import load_recipe
-    from bertkit.training import TaskData, jit_compile_setting
+    from bertkit.training import TaskData, batch_plan, jit_compile_setting
 
     recipe = load_recipe(recipe)
     training = recipe.training
@@ -239,10 +238,9 @@ def run_bertkit(recipe: dict, rows: int) -> dict:
     task, features = data.task, first_rows(data.train_features, rows)
     buckets = tuple(data.description["bucket_lengths"])
     jit_compile = jit_compile_setting(training.jit_compile)
-    pad_lengths = padding_lengths(buckets, compiles_each_shape=bool(jit_compile)
-                                  or keras.backend.backend() == "jax")
-    batches = RecordedBatches(task, features, training.batch_size, buckets, training.seed,
-                              pad_lengths=pad_lengths)
+    plan = batch_plan(recipe, buckets)
+    pad_lengths = plan.pad_lengths
+    batches = RecordedBatches(task, features, plan)
     model = task.build_model(data.pretrained.backbone)
     task.initialize_head(model, data.pretrained.checkpoint_tensors())
     model.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),

@@ -55,11 +55,11 @@ def train_bertkit(args, checkpoint: Path, train_file: Path, dev_file: Path, out:
     import keras
 
     from bertkit.backbone import load_pretrained
-    from bertkit.batching import TrainingBatches, bucket_lengths
     from bertkit.callbacks import SetEpoch
     from bertkit.inference import predict_rows
     from bertkit.optimization import make_optimizer
     from bertkit.recipe import load_recipe
+    from bertkit.training import batch_plan
     from bertkit_tasks.tagging.conlleval import evaluate
 
     recipe = load_recipe({
@@ -75,9 +75,7 @@ def train_bertkit(args, checkpoint: Path, train_file: Path, dev_file: Path, out:
                                args.sequence_length)
     train = task.read(str(train_file))
     task.state = task.fit_state(train)
-    buckets = bucket_lengths(args.sequence_length)
-    batches = TrainingBatches(task, task.featurize(train, training=True), args.batch_size,
-                              buckets, args.seed, "random", args.micro_batches)
+    batches = batch_plan(recipe).training_batches(task, task.featurize(train, training=True))
     model = task.build_model(pretrained.backbone)
     head = model.get_layer("tagger")
     kernel = np.random.default_rng(args.seed).normal(0, 0.02, head.kernel.shape)
@@ -108,7 +106,8 @@ def train_bertkit(args, checkpoint: Path, train_file: Path, dev_file: Path, out:
               callbacks=[SetEpoch(batches), RecordLoss()])
     dev = task.read(str(dev_file))
     features = task.featurize(dev, training=False)
-    predictions = task.decode(dev, features, predict_rows(task, model, features, 64, buckets))
+    outputs = predict_rows(task, model, features, 64, batches.plan.buckets)
+    predictions = task.decode(dev, features, outputs)
     return {"losses": losses, "dev_f1": evaluate([list(s.tags) for s in dev],
                                                  [p["tags"] for p in predictions])["f1"],
             "dev_tags": [p["tags"] for p in predictions]}

@@ -208,17 +208,16 @@ def training_flops(recipe: dict) -> tuple[float, float]:
     batches `recipe` on TensorFlow's own kernels."""
     from throughput import flops, model_shape, step_record
 
-    from bertkit.batching import TrainingBatches, padding_lengths
+    from bertkit.batch_plan import BatchPlan
     from bertkit.recipe import load_recipe
     from bertkit.training import TaskData
 
     loaded = load_recipe(recipe)
     training, data = loaded.training, TaskData.read(loaded)
     buckets = tuple(data.description["bucket_lengths"])
-    batches = TrainingBatches(data.task, data.train_features, training.batch_size, buckets,
-                              training.seed, training.batch_order, training.micro_batches,
-                              pad_lengths=padding_lengths(buckets, compiles_each_shape=False),
-                              packing=training.packing)
+    # finetune's plan on TensorFlow's own kernels (no XLA): steps pad to multiples of 8
+    plan = BatchPlan.from_recipe(loaded, compiles_each_shape=False, buckets=buckets)
+    batches = plan.training_batches(data.task, data.train_features)
     records = []
     for epoch in range(training.epochs):
         batches.set_epoch(epoch)

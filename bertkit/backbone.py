@@ -115,9 +115,6 @@ def _load_folder(path: Path, source) -> PretrainedBackbone:
 
 
 def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
-    import keras_hub
-    from safetensors import SafetensorError
-
     from bertkit.checkpoints import prepare_hf_dir
 
     hf_dir = Path(prepare_hf_dir(path, _cache_dir(path)))
@@ -134,18 +131,32 @@ def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
     lowercase = settings.get("do_lower_case")
     if lowercase is None:
         lowercase = not vocabulary_is_cased(vocabulary)
-    # keras-hub's converter reads only the sizes: the segment count and the dropout
-    # (keras-hub has one rate for hidden states and attention) come from the config too.
+    backbone = _hugging_face_backbone(hf_dir, config, path, source)
+    return PretrainedBackbone(backbone, WordPieceTokenizer(vocabulary, lowercase),
+                              config.get("hidden_act", "gelu"), hf_dir)
+
+
+def _hugging_face_backbone(hf_dir: Path, config: dict, path: Path, source):
+    """keras-hub's `BertBackbone` with a Hugging Face folder's weights, once its config.json
+    is known to fit their shapes (keras-hub's converter would fail on a weight's assign)."""
+    import keras_hub
+    from safetensors import SafetensorError
+
+    from bertkit.checkpoints import config_mismatch, weight_shapes
+
     try:
-        with _no_random_initialization():
-            backbone = keras_hub.models.BertBackbone.from_preset(
-                str(hf_dir), num_segments=config.get("type_vocab_size", 2),
-                dropout=config.get("hidden_dropout_prob", 0.1))
+        problem = config_mismatch(config, weight_shapes(hf_dir))
+        if problem is None:
+            # keras-hub's converter reads only the sizes: the segment count and the dropout
+            # (keras-hub has one rate for hidden states and attention) come from the config.
+            with _no_random_initialization():
+                return keras_hub.models.BertBackbone.from_preset(
+                    str(hf_dir), num_segments=config.get("type_vocab_size", 2),
+                    dropout=config.get("hidden_dropout_prob", 0.1))
     except (SafetensorError, OSError) as error:  # e.g. a truncated download
         raise UserError(f"cannot read the weights in '{path}' (truncated or corrupt "
                         f"model.safetensors?): {error}", source=source, key=_KEY) from None
-    return PretrainedBackbone(backbone, WordPieceTokenizer(vocabulary, lowercase),
-                              config.get("hidden_act", "gelu"), hf_dir)
+    raise UserError(f"'{path}': {problem}", source=source, key=_KEY)
 
 
 @contextlib.contextmanager
@@ -168,7 +179,7 @@ def _no_random_initialization():
 def _read_json_file(path: Path, source) -> dict:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, ValueError) as error:  # ValueError: bad JSON, UTF-8 or a 5000-digit number
         raise UserError(f"cannot read '{path}': {error}", source=source, key=_KEY) from None
     if not isinstance(value, dict):
         raise UserError(f"'{path}' is not a JSON object", source=source, key=_KEY)
@@ -257,12 +268,41 @@ def save_architecture(loaded: PretrainedBackbone, directory) -> None:
 
 def load_architecture(directory) -> PretrainedBackbone:
     """Rebuilds a backbone (random weights) and tokenizer saved by `save_architecture`."""
-    import keras_hub
-
     from bertkit.run_dir import read_json
 
     directory = Path(directory)
-    config = read_json(directory / "backbone.json", "backbone architecture")
-    backbone = keras_hub.models.BertBackbone.from_config(config["bert_backbone"])
+    path = directory / "backbone.json"
+    config = read_json(path, "backbone architecture")
+    if not isinstance(config, dict) or not isinstance(config.get("hidden_act"), str):
+        raise UserError("lacks 'hidden_act' (the feed-forward activation)", source=path)
+    backbone = _backbone_from_config(config.get("bert_backbone"), path)
     set_activation(backbone, config["hidden_act"])
     return PretrainedBackbone(backbone, WordPieceTokenizer.load(directory), config["hidden_act"])
+
+
+# What `BertBackbone` cannot be built without (the other arguments have defaults).
+_ARCHITECTURE_SIZES = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim",
+                       "intermediate_dim")
+
+
+def _backbone_from_config(config, path: Path):
+    """keras-hub's `BertBackbone` from `backbone.json`'s `bert_backbone`; a key it lacks or
+    a value it cannot take is a `UserError` naming the file."""
+    import keras_hub
+
+    from bertkit.checkpoints import size_problem
+
+    if not isinstance(config, dict):
+        raise UserError("lacks 'bert_backbone' (keras-hub's BertBackbone config)", source=path)
+    for key in _ARCHITECTURE_SIZES:
+        if problem := size_problem(config, key):
+            raise UserError(problem, source=path, key="bert_backbone")
+    if config["hidden_dim"] % config["num_heads"]:
+        raise UserError(f"hidden_dim {config['hidden_dim']} is not a multiple of num_heads "
+                        f"{config['num_heads']}", source=path, key="bert_backbone")
+    try:
+        return keras_hub.models.BertBackbone.from_config(config)
+    except (TypeError, ValueError, KeyError) as error:
+        problem = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(f"cannot rebuild the backbone: {problem}", source=path,
+                        key="bert_backbone") from None

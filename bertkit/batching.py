@@ -1,16 +1,15 @@
-"""Padded batches over a small fixed set of lengths, in a seeded, resumable order.
+"""Training batches in a seeded, resumable order: the strategies a `BatchPlan` picks.
 
-Padding every batch to `sequence_length` wastes most of the compute on real
-sentence lengths; padding each batch to its own longest row, rounded up to one
-of a few bucket lengths, keeps the number of compiled programs (XLA, JAX)
-bounded. Each training batch takes rows whose lengths pad to the same bucket
+Steps are padded to a few bucket lengths (`bertkit.padding`), so the number of
+compiled programs (XLA, JAX) stays bounded. In the default order
+(`LengthBuckets`) each training batch takes rows whose lengths pad to the same bucket
 (length bucketing), drawn at random within that bucket: the same padding as
 sorting rows by length, without batches of near-identical rows (sorted pools
 put, say, all of CoNLL's two-word bylines in one batch, and cost entity F1).
 
 Length buckets still make batches of similar lengths, which costs a little
-accuracy on some data (CoNLL-2003). The `random` order draws each batch's rows
-at random, as `transformers`' Trainer does, and splits it into `micro_batches`
+accuracy on some data (CoNLL-2003). The `random` order (`RandomMicroBatches`) draws
+each batch's rows at random, as `transformers`' Trainer does, and splits it into `micro_batches`
 by length (`split_by_length`: as little padding as length buckets), their
 gradients are accumulated, and the update is the one the whole batch would
 give. Sample weights are normalized over the whole batch (`normalize_weights`),
@@ -21,11 +20,15 @@ positions (tagging, masked LM); a loss that averages over positions it picks
 itself (Keras' `ignore_class`) would be averaged per part, so tasks give
 weights instead.
 
-The order of epoch `e` depends only on (seed, e): a resumed run sees the same
-batches as an uninterrupted one.
+A step's rows become arrays padded (`PaddedSteps`) or packed into long rows
+(`PackedSteps`, see `bertkit.packing`). The order of epoch `e` depends only on
+(seed, e): a resumed run sees the same batches as an uninterrupted one.
 """
 
 from __future__ import annotations
+
+import concurrent.futures
+import threading
 
 import keras
 import numpy as np
@@ -33,85 +36,8 @@ import numpy as np
 from bertkit.errors import UserError
 from bertkit.multi_process import process_index, process_share
 from bertkit.packing import PACKING_INPUTS, pack_batch
+from bertkit.padding import fill_rows, pad_batch, padded_length
 from bertkit.task import Features
-
-_BASE_BUCKETS = (16, 32, 64, 128, 192, 256, 320, 384, 448, 512)
-
-
-def bucket_lengths(sequence_length: int, buckets=None) -> tuple[int, ...]:
-    """The lengths batches may be padded to.
-
-    Example:
-        >>> bucket_lengths(128)
-        (16, 32, 64, 128)
-        >>> bucket_lengths(100, (24, 48))
-        (24, 48, 100)
-    """
-    chosen = [b for b in (buckets or _BASE_BUCKETS) if b < sequence_length]
-    return tuple(sorted(set(chosen))) + (sequence_length,)
-
-
-def padding_lengths(buckets: tuple[int, ...], compiles_each_shape: bool) -> tuple[int, ...]:
-    """The widths batches are padded to: the bucket lengths where every new input shape
-    compiles a program (XLA: JAX, TensorFlow with `jit_compile`), else every multiple
-    of 8 up to the longest bucket as well.
-
-    TensorFlow's own kernels take any shape without compiling (bertkit's traced step
-    has no fixed length), so there a batch pads to its longest row rounded up to 8,
-    not to the next bucket: the first 4,000 SST-2 sentences (13.3 tokens) pad to 16.9
-    tokens a row instead of 22.3. Which rows form a batch does not change.
-
-    Example:
-        >>> padding_lengths((16, 32, 64), compiles_each_shape=True)
-        (16, 32, 64)
-        >>> padding_lengths((16, 32, 36), compiles_each_shape=False)
-        (8, 16, 24, 32, 36)
-    """
-    if compiles_each_shape:
-        return tuple(buckets)
-    return tuple(sorted(set(range(8, buckets[-1], 8)) | set(buckets)))
-
-
-def compiles_each_shape(model) -> bool:
-    """Whether `model` compiles a new program for every new input shape (see
-    `padding_lengths`)."""
-    return keras.backend.backend() == "jax" or bool(model.jit_compile)
-
-
-def padded_length(longest: int, buckets: tuple[int, ...]) -> int:
-    """The smallest bucket that holds `longest` tokens.
-
-    Example:
-        >>> padded_length(17, (16, 32, 64))
-        32
-    """
-    index = int(np.searchsorted(buckets, longest))
-    return buckets[min(index, len(buckets) - 1)]
-
-
-def pad_batch(features: Features, rows: np.ndarray, buckets: tuple[int, ...],
-              longest: int | None = None) -> dict:
-    """Columns of `rows` as arrays; sequence columns padded to a bucket length.
-
-    The bucket is the one that holds the longest of `rows`, or `longest` tokens
-    when given (a process's share of a batch is padded as the whole batch is).
-    Adds `padding_mask` (1 for real tokens) and `row_index`.
-    """
-    lengths = features.lengths(rows)
-    width = padded_length(int(lengths.max()) if longest is None else longest, buckets)
-    batch = {"padding_mask": (np.arange(width)[None, :] < lengths[:, None]).astype(np.int32),
-             "row_index": rows}
-    for name, column in features.columns.items():
-        if features.is_sequence(name):
-            values = [column[i] for i in rows]
-            dtype = np.result_type(*[v.dtype for v in values[:1]])
-            padded = np.full((len(rows), width), features.pad_values.get(name, 0), dtype=dtype)
-            for j, value in enumerate(values):
-                padded[j, :len(value)] = value
-            batch[name] = padded
-        else:
-            batch[name] = np.asarray(column)[rows]
-    return batch
 
 
 def epoch_batches(lengths: np.ndarray, batch_size: int, buckets: tuple[int, ...], seed: int,
@@ -227,20 +153,6 @@ def _normalize_each_output(weights: list) -> list:
     return normalize_weights(weights)
 
 
-def fill_rows(rows: np.ndarray, multiple: int) -> np.ndarray:
-    """`rows` made a multiple of `multiple` long by repeating its first row.
-
-    A batch spread over N devices must hold a multiple of N rows; the filler
-    rows get weight 0 in training and their outputs are dropped in inference.
-
-    Example:
-        >>> fill_rows(np.array([7, 3, 5]), 2).tolist()
-        [7, 3, 5, 7]
-    """
-    missing = -len(rows) % multiple
-    return np.concatenate([rows, np.repeat(rows[:1], missing)]) if missing else rows
-
-
 def _zero_filler_rows(weights, count: int):
     """`weights` (an array, or a dict of them) with rows from `count` on set to 0."""
     if isinstance(weights, dict):
@@ -250,62 +162,102 @@ def _zero_filler_rows(weights, count: int):
     return weights
 
 
-def inference_batches(lengths: np.ndarray, batch_size: int) -> list:
-    """Batches of rows sorted by length (least padding); order does not matter for prediction."""
-    order = np.argsort(lengths, kind="stable")
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+class LengthBuckets:
+    """Order: each batch's rows pad to one bucket, drawn at random within it (`epoch_batches`)."""
 
+    def __init__(self, lengths: np.ndarray, batch_size: int, buckets: tuple, seed: int):
+        self.lengths, self.batch_size, self.buckets, self.seed = lengths, batch_size, buckets, seed
 
-class TrainingBatches:
-    """The training batches of every epoch, made by the task from padded columns.
-
-    One step is one micro-batch: with `micro_batches` N, steps `kN .. kN+N-1`
-    are the parts of batch `k` (the optimizer accumulates N steps, see
-    `bertkit.optimization.make_optimizer`). `buckets` decide which rows form a
-    `length_buckets` batch; each step is padded to the smallest of `pad_lengths`
-    (default: `buckets`, see `padding_lengths`) that holds its rows. `set_epoch`
-    is called by a callback at the start of each epoch, so the data order follows
-    the epoch number even when training resumes mid-run. With `packing`, each step's
-    rows are packed into long rows (`bertkit.packing.pack_batch`; `row_counts`: the
-    numbers of packed rows allowed) for the model `packed_training_model` makes.
-    """
-
-    def __init__(self, task, features: Features, batch_size: int, buckets, seed: int,
-                 order: str = "length_buckets", micro_batches: int = 1, row_multiple: int = 1,
-                 pad_lengths=None, packing: bool = False, row_counts=None):
-        if order not in ("length_buckets", "random"):
-            raise ValueError(f"unknown batch order {order!r}")
-        self.task, self.features, self.batch_size = task, features, batch_size
-        self.buckets, self.seed = tuple(buckets), seed
-        self.pad_lengths = tuple(pad_lengths or buckets)
-        self.order, self.micro_batches = order, micro_batches
-        self.row_multiple = row_multiple  # devices sharing each step (see fill_rows)
-        if packing and row_multiple > 1:
-            raise ValueError("packed batches cannot be shared by several devices")
-        self.packing, self.row_counts = packing, row_counts
-        self.lengths = features.lengths()
-        self.epoch = 0
-        batches = self._batches(0)
-        smallest = min(len(rows) for rows in batches)
-        if smallest < micro_batches:
-            raise UserError(f"a batch of {smallest} training rows cannot be split into "
-                            f"{micro_batches} micro-batches", key="training.micro_batches")
-        self._steps = len(batches) * micro_batches
-        self._made = (None, None)  # ((epoch, first step of a batch), its made parts)
-        self._plan, self._plan_epoch = None, None  # the current epoch's step rows
-
-    def _batches(self, epoch: int) -> list:
-        if self.order == "random":
-            return random_batches(len(self.lengths), self.batch_size, self.seed, epoch)
+    def batches(self, epoch: int) -> list:
         return epoch_batches(self.lengths, self.batch_size, self.buckets, self.seed, epoch)
 
     def step_rows(self, epoch: int) -> list:
+        return self.batches(epoch)
+
+
+class RandomMicroBatches:
+    """Order: batches drawn at random (`random_batches`), each split into `parts` steps of
+    similar lengths (`split_by_length`) whose gradients are accumulated."""
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, parts: int,
+                 pad_lengths: tuple):
+        self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
+        self.parts, self.pad_lengths = parts, pad_lengths
+
+    def batches(self, epoch: int) -> list:
+        return random_batches(len(self.lengths), self.batch_size, self.seed, epoch)
+
+    def step_rows(self, epoch: int) -> list:
+        if self.parts == 1:
+            return self.batches(epoch)
+        return [part for rows in self.batches(epoch)
+                for part in split_by_length(rows, self.lengths, self.parts, self.pad_lengths)]
+
+
+class PaddedSteps:
+    """Layout: a step's rows padded to the smallest of `pad_lengths` that holds them."""
+
+    def __init__(self, pad_lengths: tuple):
+        self.pad_lengths = pad_lengths
+
+    def make(self, task, features: Features, rows: np.ndarray, longest: int, rng):
+        padded = pad_batch(features, rows, self.pad_lengths, longest=longest)
+        return task.make_batch(padded, training=True, rng=rng)
+
+    def model_to_fit(self, model, backbone):
+        return model
+
+
+class PackedSteps:
+    """Layout: a step's rows packed end to end into long rows (`bertkit.packing`), for the
+    task's model re-wired to take them (`bertkit.packed_backbone`)."""
+
+    def __init__(self, pad_lengths: tuple, row_counts: tuple | None):
+        self.pad_lengths, self.row_counts = pad_lengths, row_counts
+
+    def make(self, task, features: Features, rows: np.ndarray, longest: int, rng):
+        packed = pack_batch(features, rows, self.pad_lengths, self.row_counts)
+        inputs, targets, weights = task.make_batch(packed, training=True, rng=rng)
+        return {**inputs, **{name: packed[name] for name in PACKING_INPUTS}}, targets, weights
+
+    def model_to_fit(self, model, backbone):
+        from bertkit.packed_backbone import packed_training_model
+
+        return packed_training_model(model, backbone)
+
+
+class TrainingBatches:
+    """The training batches of every epoch, as a `BatchPlan` makes them from `features`.
+
+    One step is one micro-batch: with `micro_batches` N, steps `kN .. kN+N-1`
+    are the parts of batch `k` (the optimizer accumulates N steps, see
+    `bertkit.optimization.make_optimizer`). The plan's order strategy picks each
+    step's rows, its layout pads or packs them, and the task makes the model's
+    inputs, targets and weights (`Task.make_batch`). `set_epoch` is called by a
+    callback at the start of each epoch, so the data order follows the epoch
+    number even when training resumes mid-run.
+    """
+
+    def __init__(self, task, features: Features, plan):
+        self.task, self.features, self.plan = task, features, plan
+        self.seed, self.micro_batches = plan.seed, plan.micro_batches
+        self.row_multiple = plan.row_multiple  # devices sharing each step (see fill_rows)
+        self.lengths = features.lengths()
+        self.order, self.layout = plan.order_strategy(self.lengths), plan.layout()
+        self.epoch = 0
+        batches = self.order.batches(0)
+        smallest = min(len(rows) for rows in batches)
+        if smallest < self.micro_batches:
+            raise UserError(f"a batch of {smallest} training rows cannot be split into "
+                            f"{self.micro_batches} micro-batches", key="training.micro_batches")
+        self._steps = len(batches) * self.micro_batches
+        self._made = (None, None)  # ((epoch, first step of a batch), its made parts)
+        self._lock = threading.Lock()
+        self._epoch_steps, self._steps_epoch = None, None  # the current epoch's step rows
+
+    def step_rows(self, epoch: int) -> list:
         """Row indices of each step of `epoch`: its batches, or their micro-batches in turn."""
-        if self.micro_batches == 1:
-            return self._batches(epoch)
-        return [part for rows in self._batches(epoch)
-                for part in split_by_length(rows, self.lengths, self.micro_batches,
-                                            self.pad_lengths)]
+        return self.order.step_rows(epoch)
 
     def __len__(self) -> int:
         return self._steps
@@ -316,25 +268,26 @@ class TrainingBatches:
     def __iter__(self):
         return (self.batch(step) for step in range(len(self)))
 
-    def batch(self, step: int):
-        """Step `step` of the current epoch, as Keras `fit` takes it."""
+    def batch(self, step: int, epoch: int | None = None):
+        """Step `step` of `epoch` (default: the current epoch), as Keras `fit` takes it."""
+        epoch = self.epoch if epoch is None else epoch
         first = step - step % self.micro_batches
-        made = self._made  # one read: a PyDataset may call from several threads
-        if made[0] != (self.epoch, first):
-            made = self._made = ((self.epoch, first), self._make_parts(first))
-        return made[1][step - first]
+        with self._lock:  # the batch ahead is made on another thread (BatchesPyDataset)
+            if self._made[0] != (epoch, first):
+                self._made = ((epoch, first), self._make_parts(epoch, first))
+            return self._made[1][step - first]
 
-    def _make_parts(self, first: int) -> list:
+    def _make_parts(self, epoch: int, first: int) -> list:
         """The steps of the batch that starts at step `first`, weights normalized over it."""
-        if self._plan_epoch != self.epoch:
-            self._plan = self.step_rows(self.epoch)
-            self._plan_epoch = self.epoch
+        if self._steps_epoch != epoch:
+            self._epoch_steps, self._steps_epoch = self.step_rows(epoch), epoch
         made, counts = [], []
         for step in range(first, first + self.micro_batches):
-            rows = fill_rows(self._plan[step], self.row_multiple)
+            rows = fill_rows(self._epoch_steps[step], self.row_multiple)
             share = process_share(len(rows))  # this process's rows; all of them in one
-            made.append(self._make_step(rows[share], int(self.lengths[rows].max()), step))
-            real = len(self._plan[step])  # the filler rows come after these
+            made.append(self.layout.make(self.task, self.features, rows[share],
+                                         int(self.lengths[rows].max()), self._rng(epoch, step)))
+            real = len(self._epoch_steps[step])  # the filler rows come after these
             counts.append((min(max(real - share.start, 0), len(rows[share])), len(rows[share])))
         filled = any(real < size for real, size in counts)
         if made[0][2] is None:
@@ -350,18 +303,9 @@ class TrainingBatches:
         weights = _normalize_each_output([w for _, _, w in made])
         return [(inputs, targets, w) for (inputs, targets, _), w in zip(made, weights, strict=True)]
 
-    def _make_step(self, rows: np.ndarray, longest: int, step: int):
-        """(inputs, targets, weights) of one step's rows, padded or packed."""
-        if not self.packing:
-            padded = pad_batch(self.features, rows, self.pad_lengths, longest=longest)
-            return self.task.make_batch(padded, training=True, rng=self._rng(step))
-        packed = pack_batch(self.features, rows, self.pad_lengths, self.row_counts)
-        inputs, targets, weights = self.task.make_batch(packed, training=True, rng=self._rng(step))
-        return {**inputs, **{name: packed[name] for name in PACKING_INPUTS}}, targets, weights
-
-    def _rng(self, step: int):
+    def _rng(self, epoch: int, step: int):
         """The random draws of a step's batch (e.g. masked positions), per process share."""
-        key = [self.seed, self.epoch, step, 1]
+        key = [self.seed, epoch, step, 1]
         return np.random.default_rng(key + [process_index()] if process_index() else key)
 
     def as_dataset(self):
@@ -388,14 +332,38 @@ class TrainingBatches:
 
 
 class BatchesPyDataset(keras.utils.PyDataset):
-    """Keras's backend-neutral input, for JAX and PyTorch (no TensorFlow needed)."""
+    """Keras's backend-neutral input, for JAX and PyTorch (no TensorFlow needed).
+
+    While Keras trains on step N, the batch of step N + 1 is made on a background
+    thread (padding, packing and the task's `make_batch` are NumPy and Python), so the
+    host work of a step overlaps the device's. Keras's own workers (`workers=2`) would
+    make batches of the next epoch before `SetEpoch` has set it.
+    """
 
     def __init__(self, batches: TrainingBatches):
         super().__init__()
         self.batches = batches
+        self._ahead = None  # ((epoch, step), future) of the batch being made ahead
+        self._executor = None
 
     def __len__(self):
         return len(self.batches)
 
     def __getitem__(self, step):
-        return self.batches.batch(step)
+        epoch, ahead = self.batches.epoch, self._ahead
+        if ahead is not None and ahead[0] == (epoch, step):
+            made = ahead[1].result()
+        else:
+            made = self.batches.batch(step, epoch)
+        self._ahead = None
+        if step + 1 < len(self.batches):
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="bertkit-batches")
+            self._ahead = ((epoch, step + 1),
+                           self._executor.submit(self.batches.batch, step + 1, epoch))
+        return made
+
+    def __del__(self):
+        if getattr(self, "_executor", None) is not None:
+            self._executor.shutdown(wait=False)

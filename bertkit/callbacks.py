@@ -3,13 +3,16 @@ progress lines and the per-step record of loss and learning rate."""
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.progress import Cadence, format_duration
@@ -74,6 +77,8 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
     epoch's checkpoint are replaced by a broken model; Keras' `TerminateOnNaN`
     only stops, and the run would then be finished and exported.
     """
+
+    async_safe = True  # its check runs on Keras' callback thread: no step waits for it
 
     def __init__(self, learning_rate: float):
         super().__init__()
@@ -149,25 +154,39 @@ class TrackRun(keras.callbacks.Callback):
 
 class TimeSteps(keras.callbacks.Callback):
     """Adds the wall seconds of training steps to `phases`: the first step, which traces
-    and compiles the step function, as `first_step`, every later one as `train_steps`.
+    and compiles the step function, as `first_step`, the rest of each epoch's steps (up to
+    its end, before its evaluation) as `train_steps`.
 
-    A step runs synchronously on the TensorFlow backend, so its batch-begin to
-    batch-end time is its own (data included).
+    Nothing here waits for a step: on JAX Keras calls step-end callbacks on a thread once
+    the step's logs are ready (`async_safe`), so the main thread keeps queueing steps.
     """
+
+    async_safe = True
 
     def __init__(self, phases):
         super().__init__()
         self.phases = phases
-        self._first = True
-        self._step_start = 0.0
+        self._first_start = None  # when the run's first step began
+        self._first_end = None  # ... and ended, while its epoch lasts
+        self._epoch_start = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = time.perf_counter()
 
     def on_train_batch_begin(self, batch, logs=None):
-        self._step_start = time.perf_counter()
+        if self._first_start is None:
+            self._first_start = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
-        self.phases.add("first_step" if self._first else "train_steps",
-                        time.perf_counter() - self._step_start)
-        self._first = False
+        if self._first_end is None and self._first_start is not None:
+            self._first_end = time.perf_counter()
+            self.phases.add("first_step", self._first_end - self._first_start)
+
+    def on_epoch_end(self, epoch, logs=None):
+        steps_from = self._epoch_start
+        if self._first_end is not None and self._first_end > self._epoch_start:
+            steps_from = self._first_end  # the epoch of the first step: after it
+        self.phases.add("train_steps", time.perf_counter() - steps_from)
 
 
 def save_weights_atomically(model, path, *, with_optimizer: bool = True) -> None:
@@ -176,15 +195,53 @@ def save_weights_atomically(model, path, *, with_optimizer: bool = True) -> None
     `with_optimizer=False` leaves the optimizer's state out: what a finished model needs,
     a third of the bytes with Adam's two moments per weight (read it back with
     `load_model_weights`). Resuming training needs it in.
+
+    A disk too full for the file is a `UserError`, and leaves no partial file: the space is
+    checked first, because HDF5 does not fail cleanly when a write fails (it prints each
+    failed write and can crash the process as it closes the file).
     """
     from bertkit.multi_process import outside_distribution
 
     path = Path(path)
     temporary = path.with_name(".partial." + path.name)  # Keras wants the .weights.h5 suffix
-    with outside_distribution():
-        keras.saving.save_weights(model, temporary, objects_to_skip=None if with_optimizer
-                                  else _optimizer_of(model))
-    os.replace(temporary, path)
+    optimizers = _optimizer_of(model)
+    saved = [v for o in optimizers for v in o.variables] if with_optimizer else []
+    _require_space(path, _bytes_needed(model.weights + saved))
+    try:
+        with outside_distribution():
+            keras.saving.save_weights(model, temporary, objects_to_skip=None if with_optimizer
+                                      else optimizers)
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        if error.errno not in _DISK_FULL and "errno = 28" not in str(error):  # HDF5's text
+            raise
+        raise UserError(f"cannot save the weights: {os.strerror(errno.ENOSPC)}",
+                        source=path) from None
+
+
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+def _bytes_needed(variables) -> int:
+    """About the size of an HDF5 file of `variables`: their bytes, plus 5% and 1 MiB for
+    HDF5's own records (a few hundred bytes for each of a few hundred arrays)."""
+    data = 0
+    for variable in variables:
+        try:
+            itemsize = np.dtype(variable.dtype).itemsize
+        except TypeError:  # bfloat16 and the like, unknown to NumPy: 2 bytes
+            itemsize = 2
+        data += math.prod(variable.shape) * itemsize
+    return int(data * 1.05) + (1 << 20)
+
+
+def _require_space(path: Path, needed: int) -> None:
+    status = os.statvfs(path.parent)
+    free = status.f_bavail * status.f_frsize
+    if free < needed:
+        raise UserError(f"not enough free space to save the weights (about {needed / 1e6:.1f} "
+                        f"MB needed, {free / 1e6:.1f} MB free)", source=path)
 
 
 def load_model_weights(model, path) -> None:
@@ -198,17 +255,34 @@ def _optimizer_of(model) -> list:
 
 
 class StepTensorBoard(keras.callbacks.TensorBoard):
-    """Keras' `TensorBoard`, its step logs handed over only on the steps it records.
+    """Keras' `TensorBoard` for the epochs' metrics, and the loss and learning rate of the
+    steps `RecordSteps` logged (`batch_loss`, `batch_learning_rate`, at the run's step
+    numbers), written at each epoch's end.
 
-    Keras builds a summary op for every log of every step and discards all but
-    every `update_freq`-th (about 1.5 ms a step here, seconds over a run). Reads
-    Keras' private step count.
+    Keras writes step summaries from its step hooks with a writer it makes the default
+    on the main thread at each step's begin; that cannot run on Keras' callback thread
+    (on JAX it even read buffers a running step had donated), so every step would wait
+    for its logs. The steps' values here are those `RecordSteps` keeps anyway.
     """
 
+    async_safe = True
+
+    def __init__(self, log_dir, steps: RecordSteps, **kwargs):
+        super().__init__(log_dir, update_freq="epoch", write_graph=False, profile_batch=0,
+                         **kwargs)
+        self.steps = steps
+
     def on_train_batch_end(self, batch, logs=None):
-        recorded = isinstance(self.update_freq, int) and (
-            self._global_train_batch % self.update_freq == 0)
-        super().on_train_batch_end(batch, logs if recorded else None)
+        pass  # Keras' writes the step summaries; here they are written per epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        with self._train_writer.as_default():
+            for record in self.steps.records:
+                if record["epoch"] == epoch + 1:  # RecordSteps has just added them
+                    self.summary.scalar("batch_loss", record["loss"], step=record["step"])
+                    self.summary.scalar("batch_learning_rate", record["learning_rate"],
+                                        step=record["step"])
+        super().on_epoch_end(epoch, logs)
 
 
 class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
@@ -229,6 +303,8 @@ class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
     def __init__(self, backup_dir, writes: bool = True, **kwargs):
         super().__init__(backup_dir, **kwargs)
         self.writes = writes
+        # Backs up at epoch ends only: its step-end hook does nothing, on any thread.
+        self.async_safe = self.save_freq == "epoch"
 
     def _save_model(self):
         last = (self.params or {}).get("epochs")
@@ -262,17 +338,25 @@ def _is_terminal(stream) -> bool:
         return False
 
 
-def _learning_rate(model) -> float:
-    """The optimizer's current rate. Asked every step (see `RecordSteps`): bertkit's schedule
-    gives it in Python, where Keras' `learning_rate` runs the schedule's tensor ops eagerly
-    (milliseconds a step). Keras feeds a schedule its private count of batches."""
+def learning_rate_at(optimizer):
+    """A function of the run's step count giving `optimizer`'s rate after that many steps.
+
+    Step callbacks ask it on Keras' callback thread, where they must not touch the model:
+    on JAX, `Callback.model` writes the training state back into the variables, racing
+    the step that is running (which donates those buffers), and makes the next step read
+    them again. bertkit's schedule is Python arithmetic on the step (Keras feeds a
+    schedule its private count of steps, which a resumed run restores); another schedule
+    is called on the step; a fixed rate is read once.
+    """
     from bertkit.optimization import WarmupLinearDecay
 
-    optimizer = model.optimizer
     schedule = getattr(optimizer, "_learning_rate", None)
     if isinstance(schedule, WarmupLinearDecay):
-        return schedule.value_at(int(optimizer._iterations.numpy()))
-    return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+        return schedule.value_at
+    if isinstance(schedule, keras.optimizers.schedules.LearningRateSchedule):
+        return lambda step: float(keras.ops.convert_to_numpy(schedule(step)))
+    rate = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+    return lambda step: rate
 
 
 class _IntervalLoss:
@@ -297,27 +381,38 @@ class TrainingProgress(keras.callbacks.Callback):
     bar shows this on a terminal; its one line per epoch says nothing until the end.
     """
 
+    async_safe = True  # steps may end out of order on Keras' threads: see `_last_step`
+
     def __init__(self, steps_per_epoch: int, epochs: int, sequences_per_step: float,
                  stream=None, clock=time.monotonic):
         super().__init__()
         self.steps, self.epochs = steps_per_epoch, epochs
         self.sequences_per_step = sequences_per_step
         self.stream, self.clock = stream, clock
+        self._lock = threading.Lock()
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
+        self.epoch, self._last_step = epoch, 0
         self.cadence = Cadence(self.steps, clock=self.clock)
         self.interval_loss = _IntervalLoss()
+        self.learning_rate = learning_rate_at(self.model.optimizer)  # main thread: see there
 
     def on_train_batch_end(self, batch, logs=None):
         step = batch + 1
-        if "loss" not in (logs or {}) or not self.cadence.due(step):
-            return
-        loss = self.interval_loss(step, float(logs["loss"]))
+        with self._lock:
+            if "loss" not in (logs or {}) or step <= self._last_step:
+                return
+            self._last_step = step
+            if self.cadence.due(step):
+                self._print(step, float(logs["loss"]))
+
+    def _print(self, step: int, running_mean: float) -> None:
+        loss = self.interval_loss(step, running_mean)
         rate = step * self.sequences_per_step / max(self.cadence.elapsed(), 1e-9)
         print(f"epoch {self.epoch + 1}/{self.epochs}  step {step}/{self.steps} "
               f"({100 * step // self.steps}%)  loss {loss:.4f}  "
-              f"lr {_learning_rate(self.model):.3g}  {rate:.1f} seq/s  "
+              f"lr {self.learning_rate(self.epoch * self.steps + step):.3g}  "
+              f"{rate:.1f} seq/s  "
               f"eta {format_duration(self.cadence.elapsed() / step * (self.steps - step))}",
               file=self.stream or sys.stdout, flush=True)
 
@@ -328,37 +423,50 @@ class RecordSteps(keras.callbacks.Callback):
     Each record is `{"epoch", "step", "progress", "loss", "learning_rate"}` (`progress`
     in fractional epochs, `loss` the mean since the previous record), kept in `path`
     (written at the end of each epoch, so a resumed run keeps the finished epochs').
-    The learning rate is also put in the step's logs, so that Keras' TensorBoard
-    callback (with `update_freq=every`) charts it with the loss.
+    The learning rate is also put in every step's logs, so that Keras' TensorBoard
+    callback (with `update_freq=every`) charts it with the loss. Steps may
+    end out of order on Keras' callback threads: the losses are put in order at the
+    epoch's end.
     """
+
+    async_safe = True
 
     def __init__(self, path, steps_per_epoch: int, every: int):
         super().__init__()
         self.path, self.steps, self.every = Path(path), steps_per_epoch, max(1, every)
         self.records = None
+        self._lock = threading.Lock()
+        self._means = {}  # step -> Keras' running mean of the epoch's loss
 
     def on_epoch_begin(self, epoch, logs=None):
         if self.records is None:  # the first epoch of this process: keep the earlier ones'
             kept = read_json(self.path)["steps"] if self.path.exists() else []
             self.records = [r for r in kept if r["epoch"] <= epoch]
-        self.epoch, self.interval_loss = epoch, _IntervalLoss()
+        self.epoch, self._means = epoch, {}
+        self.learning_rate = learning_rate_at(self.model.optimizer)  # main thread: see there
 
     def on_train_batch_end(self, batch, logs=None):
         step = batch + 1
         if logs is None or "loss" not in logs:
             return
-        logs["learning_rate"] = _learning_rate(self.model)  # every step: TensorBoard's steps
+        # every step (Python arithmetic): TensorBoard's steps need not be these records'
+        logs["learning_rate"] = self.learning_rate(self.epoch * self.steps + step)
         if step % self.every and step != self.steps:
             return
-        loss = self.interval_loss(step, float(logs["loss"]))
-        learning_rate = logs["learning_rate"]
-        if math.isfinite(loss):
-            self.records.append({"epoch": self.epoch + 1,
-                                 "step": self.epoch * self.steps + step,
-                                 "progress": round(self.epoch + step / self.steps, 4),
-                                 "loss": loss, "learning_rate": learning_rate})
+        with self._lock:
+            self._means[step] = (float(logs["loss"]), logs["learning_rate"])
 
     def on_epoch_end(self, epoch, logs=None):
+        interval_loss = _IntervalLoss()
+        with self._lock:
+            means, self._means = sorted(self._means.items()), {}
+        for step, (running_mean, learning_rate) in means:
+            loss = interval_loss(step, running_mean)
+            if math.isfinite(loss):
+                self.records.append({"epoch": self.epoch + 1,
+                                     "step": self.epoch * self.steps + step,
+                                     "progress": round(self.epoch + step / self.steps, 4),
+                                     "loss": loss, "learning_rate": learning_rate})
         write_json(self.path, {"every": self.every, "steps": self.records})
 
 

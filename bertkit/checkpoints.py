@@ -161,6 +161,86 @@ def _hf_config(google_config: dict, source: Path) -> dict:
     }
 
 
+def weight_shapes(hf_dir) -> dict[str, tuple]:
+    """{tensor name: shape} of a Hugging Face folder's safetensors weights (one file or
+    shards), read from the files' headers without loading a tensor."""
+    from safetensors import safe_open
+
+    hf_dir = Path(hf_dir)
+    files = [hf_dir / SAFETENSORS_FILE]
+    if not files[0].is_file() and (hf_dir / _SAFETENSORS_INDEX).is_file():
+        index = _load_json(hf_dir / _SAFETENSORS_INDEX)
+        files = [hf_dir / name for name in sorted(set(index.get("weight_map", {}).values()))]
+    shapes = {}
+    for path in files:
+        with safe_open(str(path), framework="numpy") as tensors:
+            shapes.update({name: tuple(tensors.get_slice(name).get_shape())
+                           for name in tensors.keys()})
+    return shapes
+
+
+def size_problem(config: dict, key: str, default=None) -> str | None:
+    """What is wrong with `config[key]` as a size (a whole number of at least 1), or None.
+
+    Example:
+        >>> size_problem({"hidden_size": "768"}, "hidden_size")
+        "has '768' as 'hidden_size' (a whole number of at least 1)"
+    """
+    value = config.get(key, default)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return None
+    problem = "lacks" if value is None else f"has {value!r:.40} as"
+    return f"{problem} '{key}' (a whole number of at least 1)"
+
+
+def config_mismatch(config: dict, shapes: dict[str, tuple]) -> str | None:
+    """What in a Hugging Face BERT `config.json` is missing or disagrees with the shapes of
+    its weights (`weight_shapes`; names with any prefix, such as `bert.`); None if nothing.
+
+    Example:
+        >>> config = {"vocab_size": 30, "hidden_size": 8, "num_hidden_layers": 1,
+        ...           "num_attention_heads": 2, "intermediate_size": 16,
+        ...           "max_position_embeddings": 64}
+        >>> shapes = {"bert.embeddings.word_embeddings.weight": (30, 8),
+        ...           "bert.encoder.layer.0.output.dense.bias": (8,)}
+        >>> config_mismatch(config, shapes) is None
+        True
+        >>> config_mismatch({**config, "hidden_size": 4}, shapes).split("; ")[1]
+        "config.json's vocab_size and hidden_size make it (30, 4)"
+        >>> config_mismatch({"vocab_size": 30}, shapes)
+        "config.json lacks 'hidden_size' (a whole number of at least 1)"
+    """
+    for key in (*_REQUIRED_CONFIG_KEYS, "type_vocab_size"):
+        problem = size_problem(config, key, 2 if key == "type_vocab_size" else None)
+        if problem:
+            return f"config.json {problem}"
+    hidden = config["hidden_size"]
+    if hidden % config["num_attention_heads"]:
+        return (f"config.json's hidden_size {hidden} is not a multiple of its "
+                f"num_attention_heads {config['num_attention_heads']}")
+    for suffix, keys in _SHAPE_KEYS.items():
+        expected = tuple(config.get(key, 2) for key in keys)
+        found = next((shape for name, shape in shapes.items()
+                      if name == suffix or name.endswith("." + suffix)), expected)
+        if tuple(found) != expected:
+            return (f"config.json does not match the weights: {suffix} has shape "
+                    f"{tuple(found)}; config.json's {' and '.join(keys)} make it {expected}")
+    layers = {match[1] for name in shapes if (match := re.search(r"layer\.(\d+)\.", name))}
+    if layers and len(layers) != config["num_hidden_layers"]:
+        return (f"config.json does not match the weights: num_hidden_layers is "
+                f"{config['num_hidden_layers']}, the weights have {len(layers)} layers")
+    return None
+
+
+# Weights whose shape the config sets (type_vocab_size defaults to 2, as in transformers).
+_SHAPE_KEYS = {
+    "embeddings.word_embeddings.weight": ("vocab_size", "hidden_size"),
+    "embeddings.position_embeddings.weight": ("max_position_embeddings", "hidden_size"),
+    "embeddings.token_type_embeddings.weight": ("type_vocab_size", "hidden_size"),
+    "encoder.layer.0.intermediate.dense.weight": ("intermediate_size", "hidden_size"),
+}
+
+
 def _find_checkpoint(source_dir: Path) -> str:
     """The checkpoint prefix (path without `.index`) inside `source_dir`."""
     import tensorflow as tf  # Only Google checkpoints need TensorFlow.

@@ -12,12 +12,15 @@ import errno
 import json
 import math
 import os
+import signal
+import stat
 import sys
 from pathlib import Path
 
 from bertkit.errors import UserError
 
 EXIT_USER_ERROR = 2
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # 141, as a shell reports a filter that SIGPIPE ended
 _ENVIRONMENT_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 _MODEL_COMMANDS = {"finetune", "featurize", "evaluate", "predict", "export"}
 
@@ -27,9 +30,8 @@ def _import_tensorflow_quietly() -> None:
 
     TensorFlow logs those lines from C++ before `TF_CPP_MIN_LOG_LEVEL` takes effect; on a
     terminal they bury the one line a user error prints. Only the import is silenced.
+    On the JAX backend too: keras-hub imports TensorFlow wherever it is installed.
     """
-    if os.environ.get("KERAS_BACKEND", "tensorflow") != "tensorflow":
-        return
     saved = os.dup(2)
     try:
         with open(os.devnull, "w") as devnull:
@@ -55,6 +57,11 @@ def main(argv=None) -> int:
     except UserError as error:
         print(f"bertkit: error: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except BrokenPipeError:
+        # The reader left (`bertkit predict RUN | head -1`): end quietly, as Unix filters do.
+        # Output still buffered goes to /dev/null, not into a second error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except OSError as error:
         if error.errno not in _ENVIRONMENT_ERRORS:
             raise
@@ -69,6 +76,7 @@ def main(argv=None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     from bertkit import __version__
+    from bertkit.files import MAX_INPUT_CHARACTERS
 
     parser = argparse.ArgumentParser(prog="bertkit", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"bertkit {__version__}")
@@ -126,6 +134,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="inputs per model call (default: twice the training batch size)")
     sub.add_argument("--top-k", type=_positive, metavar="K",
                      help="classification: add the K most probable labels as 'top_k'")
+    sub.add_argument("--max-input-characters", type=_positive, metavar="N",
+                     default=MAX_INPUT_CHARACTERS,
+                     help="a longer input (all its texts together) gets an error object "
+                          f"(default: {MAX_INPUT_CHARACTERS:,})")
     sub.add_argument("--output", metavar="FILE",
                      help="write the JSON lines to FILE (replaced only when all inputs are "
                           "done) instead of stdout")
@@ -141,7 +153,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--storage", metavar="URL",
                      help="Optuna RDB storage shared by workers, e.g. postgresql://host/db "
                           "(default: sqlite:///STUDY_FOLDER/study.db)")
-    sub.add_argument("--study", metavar="NAME", help="study name (default: output_dir's name)")
+    sub.add_argument("--study", metavar="NAME",
+                     help="study name (default: output_dir's name; with --storage, plus a "
+                          "hash of the study folder's path)")
     sub.add_argument("--output", metavar="DIR", help="study folder (default: <output_dir>.study)")
     sub.add_argument("--heartbeat", type=_positive, default=60, metavar="SECONDS",
                      help="how often a worker marks its trial alive; a trial silent for twice "
@@ -171,7 +185,11 @@ def _add_set(sub):
 
 
 def _add_process_options(sub):
-    from bertkit.multi_process import DEFAULT_HEARTBEAT_TIMEOUT
+    from bertkit.multi_process import (
+        DEFAULT_HEARTBEAT_TIMEOUT,
+        DEFAULT_STARTUP_TIMEOUT,
+        STARTUP_TIMEOUT_VARIABLE,
+    )
 
     group = sub.add_argument_group(
         "several processes (JAX; one command per process, the same recipe everywhere)")
@@ -186,6 +204,10 @@ def _add_process_options(sub):
                        default=DEFAULT_HEARTBEAT_TIMEOUT,
                        help="end the job when a process is silent this long (default: "
                             f"{DEFAULT_HEARTBEAT_TIMEOUT})")
+    group.add_argument("--startup-timeout", type=_positive, metavar="SECONDS",
+                       help="give up when not every process has started this long after this "
+                            f"one (default: ${STARTUP_TIMEOUT_VARIABLE}, else "
+                            f"{DEFAULT_STARTUP_TIMEOUT})")
 
 
 def _index(text: str) -> int:
@@ -199,7 +221,7 @@ def _finetune(args):
     from bertkit.multi_process import start_processes, writes_run_directory
 
     start_processes(args.coordinator, args.num_processes, args.process_id,
-                    args.heartbeat_timeout)  # before anything is built
+                    args.heartbeat_timeout, args.startup_timeout)  # before anything is built
     model = bertkit.finetune(args.recipe, overrides=args.overrides, output_dir=args.output,
                              overwrite=args.overwrite, features=args.features)
     if writes_run_directory():
@@ -217,6 +239,10 @@ def _check(args):
 
     recipe = load_recipe(args.recipe, args.overrides)
     check_inputs(recipe)  # "will this run start?": its files exist
+    if recipe.search is not None:
+        from bertkit.tuning import check_search
+
+        check_search(recipe)  # and will its search: a validation split to score trials on
     print(recipe.to_yaml(), end="")
 
 
@@ -287,15 +313,17 @@ def _predict(args):
         raise UserError("--pair-column needs --column")
     if args.output and os.path.exists(args.output) and not args.overwrite:
         raise UserError("exists; pass --overwrite to replace it", source=args.output)
-    if args.column:  # before the model loads: input errors come fast
-        inputs = _read_column_inputs(args.input, args.format, args.column, args.pair_column)
-    else:
-        inputs = _read_inputs(args.input)
+    inputs = _predict_inputs(args)
     model = bertkit.load(args.run_dir)
+    if args.column and not args.pair_column and model.takes_text_pairs:
+        raise UserError("this model takes text pairs: --column needs --pair-column (the "
+                        "column of the second text)")
     batch_size = args.batch_size or 2 * model.description["batch_size"]
-    progress = CountProgress("predict", len(inputs), quiet_below=batch_size + 1)
-    predictions = model.predict_stream(inputs, batch_size, errors="report",
-                                       progress=progress.update)
+    progress = None  # a pipe's inputs are not counted ahead: its answers show the progress
+    if isinstance(inputs, list):
+        progress = CountProgress("predict", len(inputs), quiet_below=batch_size + 1).update
+    predictions = model.predict_stream(inputs, batch_size, errors="report", progress=progress,
+                                       max_input_characters=args.max_input_characters)
     with _output(args.output) as out:
         for prediction in predictions:
             if args.top_k and "error" not in prediction:
@@ -333,27 +361,28 @@ def _with_top_k(prediction: dict, k: int) -> dict:
     return {**prediction, "top_k": [{"label": label, "score": score} for label, score in ranked]}
 
 
-def _read_column_inputs(path: str, fmt: str, column: str, pair_column: str | None) -> list:
-    """One input per data row of a TSV/CSV/JSON-lines file: the column's text, or a
-    [text, pair] pair. An empty cell gives None (an "empty input" error object)."""
-    from bertkit.tabular import detect_format, read_records
+def _predict_inputs(args):
+    """A file's inputs as a list, read whole before the model loads (their errors come
+    fast); a pipe's or a terminal's as an iterator, predicted as they arrive."""
+    from bertkit.files import predict_inputs
+    from bertkit.tabular import column_inputs
 
-    source = "/dev/stdin" if path == "-" else path
-    if path == "-" and fmt == "auto":
+    if args.column and args.input == "-" and args.format == "auto":
         raise UserError("--column on stdin needs --format tsv, csv or jsonl")
-    fmt = detect_format(source, fmt)
-    inputs = []
-    for line, row in read_records(source, fmt):
-        values = []
-        for name in (column, pair_column) if pair_column else (column,):
-            if name not in row:
-                raise UserError(f"missing column '{name}' (columns: "
-                                f"{', '.join(map(str, row)) or 'none'})",
-                                source="<stdin>" if path == "-" else path, line=line)
-            value = row[name]
-            values.append(value if isinstance(value, str) and value.strip() else None)
-        inputs.append(None if None in values else values[0] if len(values) == 1 else values)
-    return inputs
+    if args.column:
+        inputs = column_inputs(args.input, args.format, args.column, args.pair_column)
+    else:
+        inputs = predict_inputs(args.input)
+    return inputs if _arrives_over_time(args.input) else list(inputs)
+
+
+def _arrives_over_time(path: str) -> bool:
+    """Whether the input is a pipe, a terminal or a socket (`tail -f log | bertkit predict`)."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode if path == "-" else os.stat(path).st_mode
+    except (OSError, ValueError, AttributeError):  # missing, or no stdin: reading says so
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
 
 
 def _finite(value):
@@ -367,37 +396,6 @@ def _finite(value):
     return value
 
 
-def _read_inputs(path: str) -> list:
-    """One input per line, blank lines included (they get an error object, keeping
-    output line N for input line N). Text that is not UTF-8 is refused whole."""
-    source = "<stdin>" if path == "-" else path
-    try:
-        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
-    except FileNotFoundError:
-        raise UserError("file not found", source=path) from None
-    except IsADirectoryError:
-        raise UserError("is a folder; expected a file with one input per line",
-                        source=path) from None
-    except OSError as error:
-        raise UserError(f"cannot read: {error.strerror}", source=path) from None
-    inputs = []
-    for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").splitlines(), start=1):
-        if b"\0" in raw:
-            raise UserError("binary data (a NUL byte); expected UTF-8 text, one input per line",
-                            source=source, line=number)
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise UserError(f"not UTF-8 text (byte 0x{raw[error.start]:02x} at column "
-                            f"{error.start + 1})", source=source, line=number) from None
-        try:
-            value = json.loads(line) if line.lstrip()[:1] in "[{\"" else line
-        except json.JSONDecodeError:
-            value = line
-        inputs.append(value if line.strip() else None)  # None: an "empty input" error
-    return inputs
-
-
 def _tune(args):
     from bertkit import tuning
 
@@ -407,7 +405,7 @@ def _tune(args):
         tuning.report(args.recipe, **place)
         return
     tuning.require_optuna()  # a missing extra and a bad recipe answer before TensorFlow loads
-    tuning.load_search_recipe(args.recipe, args.overrides)
+    tuning.check_search(tuning.load_search_recipe(args.recipe, args.overrides))
     _import_tensorflow_quietly()
     tuning.tune(args.recipe, trials=args.trials, timeout=args.timeout,
                 heartbeat_seconds=args.heartbeat, **place)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 
+from bertkit.batch_plan import BatchPlan
 from bertkit.errors import UserError
 
 
@@ -38,8 +39,8 @@ def devices_sharing_a_batch() -> int:
 def data_parallel_scope(training, source: str | None = None):
     """The context to build and train a run's model in, for `training.distribution`.
 
-    Raises a `UserError` naming the key when the batch sizes do not divide by the
-    number of devices, or when TensorFlow would have to accumulate gradients.
+    Raises a `UserError` naming the key when the batch options do not hold over the
+    devices (`BatchPlan.check_devices`).
     """
     import keras
 
@@ -54,21 +55,12 @@ def data_parallel_scope(training, source: str | None = None):
                         "use auto or data_parallel", source=source, key="training.distribution")
     if kind == "one_device" or (kind == "auto" and len(devices) < 2):
         return contextlib.nullcontext()
-    _check_batch_sizes(training, len(devices), source)
-    if training.packing:
-        raise UserError(f"packed batches train on one device, not {len(devices)}; set "
-                        "training.packing to false or distribution: one_device",
-                        source=source, key="training.packing")
+    BatchPlan.check_devices(training, len(devices), keras.backend.backend(), source)
     if keras.backend.backend() == "jax":
         # Each process feeds its own share of every batch (bertkit.batching), already
         # split: Keras's sharding of a tf.data input across processes is not wanted.
         return keras.distribution.DataParallel(devices=devices,
                                                auto_shard_dataset=False).scope()
-    if training.gradient_accumulation_steps * training.micro_batches > 1:
-        raise UserError("Keras cannot accumulate gradients under tf.distribute; set "
-                        "training.gradient_accumulation_steps and training.micro_batches "
-                        "to 1, use distribution: one_device, or the JAX backend",
-                        source=source, key="training.gradient_accumulation_steps")
     import tensorflow as tf
 
     return tf.distribute.MirroredStrategy(devices=devices).scope()
@@ -86,11 +78,3 @@ def batch_devices(backend: str) -> list[str]:
 
     gpus = tf.config.list_logical_devices("GPU")
     return [device.name for device in gpus or tf.config.list_logical_devices("CPU")]
-
-
-def _check_batch_sizes(training, count: int, source) -> None:
-    for key in ("batch_size", "eval_batch_size"):
-        size = getattr(training, key)
-        if size is not None and size % count:
-            raise UserError(f"{size} rows do not split evenly over {count} devices; use a "
-                            f"multiple of {count}", source=source, key=f"training.{key}")

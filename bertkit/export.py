@@ -8,11 +8,14 @@ inside it (as graph constants and in `assets/bertkit.json`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from bertkit.errors import UserError
@@ -20,9 +23,13 @@ from bertkit.errors import UserError
 
 def export_saved_model(task, model, directory, metadata: dict) -> Path:
     """Writes `directory` with a `serving_default` signature of `task.serve`, then loads
-    it back and checks its answers (`verify_saved_model`)."""
+    it back and checks its answers (`verify_saved_model`).
+
+    The SavedModel is written into a new folder beside `directory` and renamed to it
+    once complete: a folder that cannot be written, or a full disk, is a `UserError`
+    naming `directory`, and leaves nothing behind.
+    """
     import keras
-    import tensorflow as tf
 
     if keras.backend.backend() != "tensorflow":
         raise UserError("SavedModel export needs the TensorFlow backend "
@@ -33,6 +40,53 @@ def export_saved_model(task, model, directory, metadata: dict) -> Path:
                         source=directory)
     if directory.exists() and any(directory.iterdir()):
         raise UserError("export folder exists and is not empty; choose another", source=directory)
+    with _staging_folder(directory) as staging:
+        _write_saved_model(task, model, staging, metadata)
+    return directory
+
+
+def check_finite_weights(model, source) -> None:
+    """Refuses a model with a NaN or infinite weight (a diverged run): its SavedModel
+    would answer NaN. `source` names the weights file the model was loaded from."""
+    import keras
+    import numpy as np
+
+    for variable in model.weights:
+        if not np.isfinite(keras.ops.convert_to_numpy(variable.value)).all():
+            raise UserError(f"the run's weights are not finite (NaN or infinity in "
+                            f"'{variable.path}'): training diverged, so there is no model to "
+                            "export; train again with a lower learning rate", source=source)
+
+
+@contextlib.contextmanager
+def _staging_folder(directory: Path):
+    """A new folder beside `directory` that replaces it when the block ends normally;
+    removed, with what was written into it, when the block fails."""
+    import tensorflow as tf
+
+    staging = directory.with_name(f".{directory.name}.{uuid.uuid4().hex[:8]}.partial")
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()  # the umask applies, as to any folder the user makes
+        yield staging
+        os.replace(staging, directory)  # an empty `directory` is replaced too
+    except (OSError, tf.errors.OpError) as error:
+        raise UserError(f"cannot write the SavedModel: {_reason(error)}",
+                        source=directory) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _reason(error) -> str:
+    """`No space left on device` from an OSError, or from TensorFlow's `path; reason`."""
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    return (error.message or type(error).__name__).splitlines()[0].rpartition("; ")[2]
+
+
+def _write_saved_model(task, model, directory: Path, metadata: dict) -> None:
+    import tensorflow as tf
+
     specs = task.serving_inputs()  # name -> tf.TensorSpec(name=name): the signature's keys
     serve = tf.function(checked_serve(task, model, list(specs)), autograph=False)
     signature = serve.get_concrete_function(*(_any_shape(spec) for spec in specs.values()))
@@ -50,7 +104,6 @@ def export_saved_model(task, model, directory, metadata: dict) -> Path:
     assets = directory / "assets"
     assets.mkdir(exist_ok=True)
     (assets / "bertkit.json").write_text(json.dumps(metadata, indent=2))
-    return directory
 
 
 # Every built-in task takes these (span QA as question and context, MLM needs a [MASK]).

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 
 from bertkit import schema
 from bertkit.backbone import load_architecture
 from bertkit.errors import UserError
+from bertkit.files import MAX_INPUT_CHARACTERS, arriving_chunks
 from bertkit.inference import predict_examples
 from bertkit.progress import CountProgress
 from bertkit.registry import load_task
@@ -47,6 +49,40 @@ def _check_text(value, hint, name: str) -> None:
             raise UserError(f"'{name}' is not valid Unicode (a lone surrogate)") from None
 
 
+def _check_strings(value, max_input_characters: int) -> None:
+    """An input's texts (strings, also inside pairs, lists and objects) are within the
+    size bound and hold no NUL byte, the mark of binary data."""
+    strings = list(_strings(value))
+    count = sum(map(len, strings))
+    if count > max_input_characters:
+        raise UserError(f"longer than {max_input_characters:,} characters ({count:,}), the "
+                        f"limit per input")
+    if any("\0" in text for text in strings):
+        raise UserError("a NUL byte (binary data?); expected text")
+
+
+def _strings(value):
+    """The strings in `value` and, without recursion (JSON can nest deeply), in its lists,
+    tuples and dicts (keys included)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            pending += [*item.keys(), *item.values()]
+        elif isinstance(item, (list, tuple)):
+            pending += item
+
+
+def _parses(task, value) -> bool:
+    try:
+        task.parse_input(value)
+    except UserError:
+        return False
+    return True
+
+
 class FineTunedModel:
     """A trained task model; get one with `bertkit.load(run_dir)` or from `bertkit.finetune`.
 
@@ -77,48 +113,68 @@ class FineTunedModel:
     @property
     def buckets(self) -> tuple:
         """The widths this model's inference batches are padded to (see `padding_lengths`)."""
-        from bertkit.batching import compiles_each_shape, padding_lengths
+        from bertkit.padding import compiles_each_shape, padding_lengths
 
         return padding_lengths(tuple(self.description["bucket_lengths"]),
                                compiles_each_shape(self.model))
 
-    def predict(self, inputs, batch_size: int | None = None, *,
-                errors: str = "raise") -> list[dict]:
+    @property
+    def takes_text_pairs(self) -> bool:
+        """Whether every input must be a pair of texts (a premise-hypothesis classifier,
+        span QA): the task takes a [text, text] pair but not a single text."""
+        return not _parses(self.task, "text") and _parses(self.task, ["text", "text"])
+
+    def predict(self, inputs, batch_size: int | None = None, *, errors: str = "raise",
+                max_input_characters: int = MAX_INPUT_CHARACTERS) -> list[dict]:
         """Predictions for raw inputs: texts, text pairs or dicts, as the task takes them.
 
         Args:
             inputs: a list of inputs; a single string is one input.
             batch_size: rows per model call (default: twice the training batch size).
-            errors: what an invalid input (None, wrong type, not valid Unicode) gives:
-                "raise" a `UserError` naming it, or "report" `{"error": "input N: ..."}`
-                in its place, so that prediction N always belongs to input N.
+            errors: what an invalid input (None, wrong type, not valid Unicode, a NUL
+                byte, too long, a single text for a pair model) gives: "raise" a
+                `UserError` naming it, or "report" `{"error": "input N: ..."}` in its
+                place, so that prediction N always belongs to input N.
+            max_input_characters: the most characters one input's texts may hold
+                together; a longer input is invalid.
         """
         if isinstance(inputs, str):
             inputs = [inputs]
-        return self._predict_chunk(list(inputs), 0, batch_size, errors)
+        return self._predict_chunk(list(inputs), 0, batch_size, errors, max_input_characters)
 
     def predict_stream(self, inputs, batch_size: int | None = None, *, errors: str = "raise",
-                       progress=None):
+                       progress=None, max_input_characters: int = MAX_INPUT_CHARACTERS):
         """`predict`, yielding predictions in input order as each batch of inputs is done.
 
         For long inputs (the CLI): the first results come after one batch, not
-        after all of them. `progress`, if given, is called with the inputs done.
+        after all of them. `inputs` may also be an iterator over inputs that come
+        over time (the lines of a pipe): a batch is predicted as soon as it is full
+        or no further input has come for a moment (`bertkit.files.arriving_chunks`).
+        `progress`, if given, is called with the inputs done.
         """
         if isinstance(inputs, str):
             inputs = [inputs]
-        inputs = list(inputs)
         step = batch_size or 2 * self.description["batch_size"]
-        for start in range(0, len(inputs), step):
-            yield from self._predict_chunk(inputs[start:start + step], start, batch_size, errors)
+        if isinstance(inputs, Iterator):
+            chunks = arriving_chunks(inputs, step)
+        else:  # all there already
+            inputs = list(inputs)
+            chunks = (inputs[start:start + step] for start in range(0, len(inputs), step))
+        done = 0
+        for chunk in chunks:
+            yield from self._predict_chunk(chunk, done, batch_size, errors,
+                                           max_input_characters)
+            done += len(chunk)
             if progress is not None:
-                progress(min(start + step, len(inputs)))
+                progress(done)
 
-    def _predict_chunk(self, inputs: list, offset: int, batch_size, errors: str) -> list:
+    def _predict_chunk(self, inputs: list, offset: int, batch_size, errors: str,
+                       max_input_characters: int) -> list:
         results: list = [None] * len(inputs)
         positions, examples = [], []
         for position, value in enumerate(inputs):
             try:
-                examples.append(self._parse_input(value))
+                examples.append(self._parse_input(value, max_input_characters))
                 positions.append(position)
             except UserError as error:
                 error = UserError(error.message, source=f"input {offset + position + 1}")
@@ -132,9 +188,10 @@ class FineTunedModel:
             results[position] = prediction
         return results
 
-    def _parse_input(self, value):
+    def _parse_input(self, value, max_input_characters: int):
         if value is None:  # the CLI's blank input line
             raise UserError("empty input")
+        _check_strings(value, max_input_characters)
         example = self.task.parse_input(value)
         if dataclasses.is_dataclass(example):  # e.g. {"text": "ok", "text_pair": 7}
             try:

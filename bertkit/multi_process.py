@@ -24,7 +24,8 @@ by XLA across processes: on CPU through gloo, JAX's default CPU collectives.
 - **Failures.** A process that dies is noticed by the others when a collective
   breaks, or at the latest after `heartbeat_timeout` seconds without its
   heartbeat: they end with an error instead of waiting forever. Running the
-  same commands again resumes from process 0's last checkpoint.
+  same commands again resumes from process 0's last checkpoint. A process that
+  never comes ends the others' start-up after `startup_timeout` seconds.
 """
 
 from __future__ import annotations
@@ -32,12 +33,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
+import threading
 import weakref
 
 from bertkit.errors import UserError
 
 DEFAULT_HEARTBEAT_TIMEOUT = 60  # seconds; JAX's default (100) leaves a stalled job longer
 SHUTDOWN_TIMEOUT = 600  # seconds the others wait at exit while process 0 exports
+DEFAULT_STARTUP_TIMEOUT = 300  # seconds for all processes to join: JAX's default
+STARTUP_TIMEOUT_VARIABLE = "BERTKIT_STARTUP_TIMEOUT"
 _ENVIRONMENT = {"coordinator": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
                 "num_processes": "KERAS_DISTRIBUTION_NUM_PROCESSES",
                 "process_id": "KERAS_DISTRIBUTION_PROCESS_ID"}
@@ -45,13 +50,18 @@ _ENVIRONMENT = {"coordinator": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
 
 def start_processes(coordinator: str | None = None, num_processes: int | None = None,
                     process_id: int | None = None,
-                    heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT) -> bool:
+                    heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT,
+                    startup_timeout: int | None = None) -> bool:
     """Joins this process to a multi-process job; False when none is asked for.
 
     Each argument not given is read from its `KERAS_DISTRIBUTION_*` variable
-    (as `keras.distribution.initialize` does). Call it before any JAX
-    computation. Raises a `UserError` naming the option for a missing or
-    inconsistent setting, and on the TensorFlow backend.
+    (as `keras.distribution.initialize` does); `startup_timeout` from
+    `BERTKIT_STARTUP_TIMEOUT`, else 300 s. Call it before any JAX computation.
+    Raises a `UserError` naming the option for a missing or inconsistent setting,
+    and on the TensorFlow backend. Says on stderr what it waits for; when not every
+    process has joined after `startup_timeout` seconds, it ends this process with
+    one line and exit status 2 (JAX cannot be interrupted while it waits, and would
+    abort the process itself with a C++ stack trace).
     """
     import keras
 
@@ -63,15 +73,53 @@ def start_processes(coordinator: str | None = None, num_processes: int | None = 
     if keras.backend.backend() != "jax":
         raise_tensorflow_multi_worker_error("--num-processes")
     coordinator, num_processes, process_id = settings
+    startup_timeout = startup_timeout or _startup_timeout_variable()
     import jax
 
+    address = coordinator.split(",")[0].strip()
+    print(f"waiting for {num_processes} processes at {address} (this is process "
+          f"{process_id}; giving up after {startup_timeout} s)", file=sys.stderr, flush=True)
+    gave_up = UserError(f"the job's {num_processes} processes did not all start within "
+                        f"{startup_timeout} s; start every process (--process-id 0 to "
+                        f"{num_processes - 1}), with process 0 at {address}",
+                        key="--startup-timeout")
     # What `keras.distribution.initialize` does, with timeouts of our choosing; its
     # other step (a seed agreed between processes) is not needed: a run seeds itself.
-    jax.distributed.initialize(coordinator_address=coordinator.split(",")[0],
-                               num_processes=num_processes, process_id=process_id,
-                               heartbeat_timeout_seconds=heartbeat_timeout,
-                               shutdown_timeout_seconds=SHUTDOWN_TIMEOUT)
+    with _exit_after(startup_timeout, gave_up):
+        jax.distributed.initialize(coordinator_address=address, num_processes=num_processes,
+                                   process_id=process_id,
+                                   initialization_timeout=startup_timeout + 60,  # ours first
+                                   heartbeat_timeout_seconds=heartbeat_timeout,
+                                   shutdown_timeout_seconds=SHUTDOWN_TIMEOUT)
     return True
+
+
+@contextlib.contextmanager
+def _exit_after(seconds: float, error: UserError):
+    """Ends the process with `error`'s one line and status 2 if the block has not ended
+    after `seconds`: a timer thread, since the block waits in C++ (JAX releases the GIL)."""
+    def give_up():
+        print(f"bertkit: error: {error}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(2)
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _startup_timeout_variable() -> int:
+    text = os.environ.get(STARTUP_TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_STARTUP_TIMEOUT
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"expected a whole number of seconds, at least 1, got {text!r}",
+                        key=STARTUP_TIMEOUT_VARIABLE)
+    return int(text)
 
 
 def _settings(coordinator, num_processes, process_id):
@@ -93,7 +141,17 @@ def _settings(coordinator, num_processes, process_id):
         raise UserError(f"expected 0 to {given['num_processes'] - 1} for "
                         f"{given['num_processes']} processes, got {given['process_id']}",
                         key="--process-id")
+    _check_address(given["coordinator"],
+                   "--coordinator" if coordinator is not None else _ENVIRONMENT["coordinator"])
     return given["coordinator"], given["num_processes"], given["process_id"]
+
+
+def _check_address(text: str, key: str) -> None:
+    """`HOST:PORT` (the first of a comma-separated list, as Keras's variable may hold)."""
+    host, colon, port = text.split(",")[0].strip().rpartition(":")
+    if not (colon and host and port.isdigit() and 0 < int(port) < 65536):
+        raise UserError(f"expected HOST:PORT, process 0's address (e.g. 10.0.0.1:1234), got "
+                        f"{text!r}", key=key)
 
 
 def _parse(name: str, text: str, source: str):

@@ -26,6 +26,7 @@ from typing import Literal
 import yaml
 
 from bertkit import schema
+from bertkit.batch_plan import BatchPlan
 from bertkit.errors import UserError
 from bertkit.registry import load_task, task_names
 from bertkit.search_space import SearchSpace, parse_search
@@ -65,7 +66,13 @@ class TrainingConfig:
     mixed_precision: Literal["bfloat16", "float16"] | None = None
     jit_compile: bool | Literal["auto"] = _field(default="auto", metadata={
         "help": "XLA; 'auto' uses it on GPUs only (it does not speed up CPU training)"})
-    seed: int = 42
+    compilation_cache: str = _field(default="auto", metadata={
+        "help": "folder of JAX's persistent compilation cache, so that a second run compiles "
+                "nothing; auto: $BERTKIT_COMPILATION_CACHE, else ~/.cache/bertkit/xla; off: "
+                "no cache"})
+    seed: int = _field(default=42, metadata={
+        "min": 0, "max": 2**32 - 1, "help": "seeds NumPy, Python and the backend (NumPy "
+                                           "takes 0 to 2^32 - 1)"})
     early_stopping_patience: int | None = _field(default=None, metadata={
         "min": 1, "help": "stop after this many epochs without a better validation metric"})
     distribution: Literal["auto", "one_device", "data_parallel", "mirrored"] = _field(
@@ -217,10 +224,8 @@ def _build_recipe(raw: dict, file_origin, override_origin, touched: set,
     backbone = schema.build(BackboneConfig, raw["backbone"], origin, ("backbone",))
     backbone = _resolve_preset(backbone, origin.base_dir_for(("backbone", "preset")))
     training = schema.build(TrainingConfig, raw.get("training") or {}, origin, ("training",))
-    _check_micro_batches(training, origin)
-    if training.packing and not task_class.packs:
-        raise origin.error(f"the {task_name} task cannot pack rows (packing: true); tasks that "
-                           "can: tagging, classification", ("training", "packing"))
+    BatchPlan.check_recipe(training, task_class,
+                           lambda message, key: origin.error(message, ("training", key)))
     search = None
     if raw.get("search") is not None:
         search = parse_search(raw["search"], origin, {"training": TrainingConfig,
@@ -237,17 +242,6 @@ def _build_recipe(raw: dict, file_origin, override_origin, touched: set,
         source=file_origin.source,
         search=search,
     )
-
-
-def _check_micro_batches(training: TrainingConfig, origin) -> None:
-    if training.micro_batches == 1:
-        return
-    if training.batch_order != "random":
-        raise origin.error("micro_batches needs batch_order: random (length-bucketed batches "
-                           "are padded alike already)", ("training", "micro_batches"))
-    if training.micro_batches > training.batch_size:
-        raise origin.error(f"cannot split batches of {training.batch_size} rows into "
-                           f"{training.micro_batches} micro-batches", ("training", "micro_batches"))
 
 
 def _output_dir(raw: dict, origin, default_output: Path) -> str:
@@ -286,8 +280,9 @@ def check_inputs(recipe: Recipe, *, data_files: bool = True) -> None:
 
     Data files (every `path` field of the task's data section; skipped with
     `data_files=False`, as when training from a features file) must be readable files,
-    and a local preset must be a folder: `bertkit check` and `finetune` (before it
-    touches the run directory) answer "will this run start?".
+    and a local or `package:` preset must be a folder, as must those the `search:`
+    section chooses from: `bertkit check` and `finetune` (before it touches the run
+    directory) answer "will this run start?".
     """
     origin = schema.Origin(recipe.source, _lines_of(recipe.source))
     for field in dataclasses.fields(recipe.data) if data_files else ():
@@ -299,10 +294,27 @@ def check_inputs(recipe: Recipe, *, data_files: bool = True) -> None:
             raise origin.error(f"file not found: {value}", ("data", field.name))
         if not path.is_file() or not os.access(path, os.R_OK):
             raise origin.error(f"not a readable file: {value}", ("data", field.name))
-    preset = recipe.backbone.preset
-    if preset.startswith("/") and not Path(preset).is_dir():
-        problem = "is not a folder" if Path(preset).exists() else "not found"
-        raise origin.error(f"preset folder {problem}: {preset}", ("backbone", "preset"))
+    _check_preset(recipe.backbone.preset, origin, ("backbone", "preset"))
+    for dimension in recipe.search.dimensions if recipe.search else ():
+        for index, choice in enumerate(dimension.choices or ()):
+            if dimension.key == "backbone.preset":  # a trial sets it as --set does
+                choice = _resolve_preset(BackboneConfig(choice), Path.cwd()).preset
+                _check_preset(choice, origin, ("search", dimension.key, index))
+
+
+def _check_preset(preset: str, origin, path: tuple) -> None:
+    """A local or `package:` preset is a folder (keras-hub's named presets are checked
+    when the backbone loads: listing them imports Keras)."""
+    from bertkit.backbone import resolve_preset
+
+    try:
+        folder = resolve_preset(preset)
+    except UserError as error:
+        raise origin.error(error.message, path) from None
+    if folder.startswith("/") and not Path(folder).is_dir():
+        problem = "is not a folder" if Path(folder).exists() else "not found"
+        named = f" (from '{preset}')" if folder != preset else ""
+        raise origin.error(f"preset folder {problem}: {folder}{named}", path)
 
 
 def _lines_of(source: str) -> dict:

@@ -47,13 +47,18 @@ LOCK_FILE = ".lock"
 
 
 def write_json(path, value) -> None:
-    """Writes JSON atomically: a crash never leaves a half-written file."""
+    """Writes JSON atomically: a crash never leaves a half-written file, and a failed write
+    (a full disk) no temporary file; its `OSError` names `path`."""
     path = Path(path)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.fchmod(handle, 0o666 & ~_umask())  # mkstemp's 0600 would hide a shared run from others
-    with os.fdopen(handle, "w") as file:
-        json.dump(value, file, indent=2)
-    os.replace(temporary, path)
+    try:
+        os.fchmod(handle, 0o666 & ~_umask())  # mkstemp's 0600 would hide a shared run
+        with os.fdopen(handle, "w") as file:
+            json.dump(value, file, indent=2)
+        os.replace(temporary, path)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(path)) from None
 
 
 def _umask() -> int:
@@ -70,6 +75,8 @@ def read_json(path, what: str = "file"):
         raise UserError(f"missing {what}", source=path) from None
     except json.JSONDecodeError as error:
         raise UserError(f"corrupt {what}: {error.msg}", source=path, line=error.lineno) from None
+    except ValueError as error:  # not UTF-8, or a number of more than 4300 digits
+        raise UserError(f"corrupt {what}: {error}", source=path) from None
 
 
 def user_cache_dir() -> Path:
@@ -109,7 +116,8 @@ class RunDirectory:
             raise UserError("run directory not found", source=run.path)
         if not run.task_file.exists() or not run.weights_file.exists():
             raise UserError("not a bertkit run directory with a trained model (no "
-                            "model/task.json or model/model.weights.h5)", source=run.path)
+                            "model/task.json or model/model.weights.h5)"
+                            f"{run.replaced_hint()}", source=run.path)
         for entry in [run.model_dir, *run.model_dir.iterdir()]:
             run.inside(entry, entry)
         return run
@@ -170,14 +178,22 @@ class RunDirectory:
         """Where `overwrite` keeps the previous run until the new one finishes."""
         return self.path.with_name(f".{self.path.name}.replaced")
 
+    def replaced_hint(self) -> str:
+        """For errors about the folder: where an interrupted `overwrite` left the old run."""
+        if not self.replaced_dir.is_dir():
+            return ""
+        return (f"; the run it replaces is kept in {self.replaced_dir} (an overwrite was "
+                "interrupted: run it again to finish it, or move that folder's files back)")
+
     def status(self) -> str | None:
-        """`running` or `finished`; None when the folder holds no bertkit run."""
+        """`running` or `finished`; None when the folder holds no bertkit run.
+
+        A damaged `run.json` beside a `recipe.yaml` is a `UserError` naming the file
+        and line: the folder is a run, and `overwrite` does not replace what it cannot read.
+        """
         if not self.run_file.is_file() or not self.recipe_file.is_file():
             return None
-        try:
-            run = json.loads(self.run_file.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            return None
+        run = read_json(self.run_file, "run status file")
         if not isinstance(run, dict) or run.get("status") not in (RUNNING, FINISHED):
             return None
         return run["status"]
@@ -194,7 +210,8 @@ class RunDirectory:
             status = self.status()
             if status is None:
                 raise UserError("output folder exists and is not a bertkit run directory; "
-                                "choose another output_dir", source=self.path)
+                                f"choose another output_dir{self.replaced_hint()}",
+                                source=self.path)
             if overwrite:
                 self._move_aside()
             elif status == FINISHED:
@@ -202,8 +219,8 @@ class RunDirectory:
                                 "replace it, or choose another output folder", source=self.path)
             elif self.recipe_file.read_text() != recipe_yaml:
                 raise UserError("holds an unfinished run of a different recipe; pass "
-                                "--overwrite to start over, or choose another output folder",
-                                source=self.path)
+                                "--overwrite to start over, or choose another output folder"
+                                f"{self.replaced_hint()}", source=self.path)
             else:
                 return True
         self.model_dir.mkdir(parents=True, exist_ok=True)
@@ -225,21 +242,28 @@ class RunDirectory:
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
     def _move_aside(self) -> None:
-        if self.replaced_dir.exists():
+        """Moves the run to `replaced_dir`, `run.json` first: while `replaced_dir` exists,
+        the folder holds the new run only if it has a `run.json` (see `restore_replaced`)."""
+        if self.replaced_dir.exists() and self.status() == FINISHED:
+            shutil.rmtree(self.replaced_dir)  # the new run finished; deleting the old stopped
+        elif self.replaced_dir.exists():
             # An earlier overwrite was interrupted: the run kept aside is the one to
             # restore; the folder holds that unfinished replacement.
             self._clear()
             return
         self.replaced_dir.mkdir()
-        for entry in self._contents():
+        for entry in sorted(self._contents(), key=lambda entry: entry != self.run_file):
             os.replace(entry, self.replaced_dir / entry.name)
 
     def restore_replaced(self) -> None:
-        """Puts back the run that `overwrite` moved aside (the new run failed)."""
+        """Puts back the run that `overwrite` moved aside (the new run failed), `run.json`
+        last. A folder without `run.json` holds what an interrupted move left of the old
+        run (or the first files of the new one, replaced here): its files are kept."""
         if self.replaced_dir.is_dir():
-            self._clear()
+            if self.run_file.exists():
+                self._clear()
             self.path.mkdir(exist_ok=True)
-            for entry in self.replaced_dir.iterdir():
+            for entry in sorted(self.replaced_dir.iterdir(), key=lambda e: e.name == "run.json"):
                 os.replace(entry, self.path / entry.name)
             self.replaced_dir.rmdir()
 
@@ -260,7 +284,8 @@ class RunDirectory:
             raise UserError("output path exists and is not a folder", source=self.path)
         if not self.is_empty() and self.status() is None:
             raise UserError("output folder exists and is not a bertkit run directory; "
-                            "choose another output_dir", source=self.path)
+                            f"choose another output_dir{self.replaced_hint()}",
+                            source=self.path)
         self.path.mkdir(parents=True, exist_ok=True)
         with open(self.path / LOCK_FILE, "a+") as handle:
             try:

@@ -142,6 +142,8 @@ def _check_type(hint, value, origin, path):
 
 def _check_scalar(hint, value, origin, path):
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > _LARGEST_FLOAT:
+            raise origin.error(f"expected a finite number, got {_describe(value)}", path)
         return float(value)
     is_bool_as_int = hint is int and isinstance(value, bool)
     if hint is object or (isinstance(value, hint) and not is_bool_as_int):
@@ -150,15 +152,23 @@ def _check_scalar(hint, value, origin, path):
     raise origin.error(f"expected {names.get(hint, hint.__name__)}, got {_describe(value)}", path)
 
 
+_LARGEST_FLOAT = 2**1024 - 2**971  # sys.float_info.max as an int: float() of more overflows
+_LARGEST_INTEGER = 2**63 - 1  # what every integer a recipe sets must fit (NumPy's int64)
+
+
 def _check_bounds(value, meta, origin, path):
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise origin.error(f"expected a finite number, got {value}", path)
+    largest = meta.get("max", _LARGEST_INTEGER if isinstance(value, int) else None)
+    shown = _describe(value)
     if "min" in meta and value < meta["min"]:
-        raise origin.error(f"must be at least {meta['min']}, got {value}", path)
-    if "max" in meta and value > meta["max"]:
-        raise origin.error(f"must be at most {meta['max']}, got {value}", path)
+        raise origin.error(f"must be at least {meta['min']}, got {shown}", path)
+    if largest is not None and value > largest:
+        raise origin.error(f"must be at most {largest}, got {shown}", path)
+    if isinstance(value, int) and value < -_LARGEST_INTEGER:
+        raise origin.error(f"must be at least {-_LARGEST_INTEGER}, got {shown}", path)
     if "min_exclusive" in meta and value <= meta["min_exclusive"]:
-        raise origin.error(f"must be greater than {meta['min_exclusive']}, got {value}", path)
+        raise origin.error(f"must be greater than {meta['min_exclusive']}, got {shown}", path)
 
 
 def _describe(value) -> str:
@@ -168,7 +178,16 @@ def _describe(value) -> str:
         return "a mapping"
     if isinstance(value, list):
         return "a list"
+    if isinstance(value, int) and abs(value) > 10**30:
+        # Python refuses to print an integer of more than 4300 digits (a ValueError).
+        return f"an integer of {_digits(value)} digits"
     return repr(value)
+
+
+def _digits(value: int) -> int:
+    """Decimal digits of an integer, counted without converting it to text."""
+    digits = int(abs(value).bit_length() * math.log10(2))
+    return digits + 1 if abs(value) >= 10**digits else digits
 
 
 def to_plain(instance):

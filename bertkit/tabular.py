@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 from collections.abc import Iterator
 
 from bertkit.errors import UserError
-from bertkit.files import kind_from_name, numbered_lines, read_json_lines
+from bertkit.files import kind_from_name, numbered_lines, read_json_lines, source_name
 
 FORMATS = ("csv", "tsv", "jsonl")
+# A longer cell is refused, named by file, line and column. Python's csv module stops at the
+# same size (its default field limit) with an error that names none of them.
+MAX_CELL_CHARACTERS = 131_072
 # `bertkit.files.kind_from_name` -> format: a .txt file is TSV, a .json file JSON lines.
 _FORMAT_OF_KIND = {"csv": "csv", "tsv": "tsv", "text": "tsv", "jsonl": "jsonl", "json": "jsonl"}
 
@@ -60,24 +64,77 @@ def read_records(path, fmt: str) -> Iterator[tuple[int, dict]]:
     return _delimited_rows(path, fmt)
 
 
+def column_inputs(path, fmt: str, column: str, pair_column: str | None = None) -> Iterator:
+    """Yields one `predict` input per data row of a file (`-`: stdin), as rows arrive.
+
+    The input is the column's text, or a [text, pair] pair with `pair_column`; an
+    empty cell gives None (which `predict` answers with an "empty input" error).
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "d.tsv")
+        >>> _ = open(path, "w").write("sentence\\tlabel\\nfine film\\t1\\n \\t0\\n")
+        >>> list(column_inputs(path, "auto", "sentence"))
+        ['fine film', None]
+    """
+    names = (column, pair_column) if pair_column else (column,)
+    for line, row in read_records(path, detect_format(path, fmt)):
+        values = [_cell(row, name, path, line) for name in names]
+        yield None if None in values else values[0] if len(values) == 1 else values
+
+
+def _cell(row: dict, name: str, path, line: int):
+    if name not in row:
+        raise UserError(f"missing column '{name}' (columns: "
+                        f"{', '.join(map(str, row)) or 'none'})", source=source_name(path),
+                        line=line)
+    value = row[name]
+    return value if isinstance(value, str) and value.strip() else None
+
+
 def _delimited_rows(path, fmt):
     handle = (text for _, text in numbered_lines(path, keep_ends=True))
     if fmt == "tsv":
         reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
     else:
         reader = csv.reader(handle)
-    header = next(reader, None)
+    source = source_name(path)
+    header = _next_fields(reader, source, None)
     if not header:
-        raise UserError("empty file; expected a header line naming the columns", source=path,
+        raise UserError("empty file; expected a header line naming the columns", source=source,
                         line=1)
     header = [name.strip() for name in header]
-    for fields in reader:
+    while (fields := _next_fields(reader, source, header)) is not None:
         if not fields or fields == [""]:
             continue
         if len(fields) != len(header):
             raise UserError(f"expected {len(header)} fields ({', '.join(header)}), "
-                            f"found {len(fields)}", source=path, line=reader.line_num)
+                            f"found {len(fields)}", source=source, line=reader.line_num)
         yield reader.line_num, dict(zip(header, fields, strict=True))
+
+
+def _next_fields(reader, source: str, header: list | None) -> list | None:
+    """The next record's fields (None at the end); a cell over `MAX_CELL_CHARACTERS` is an
+    error naming its column."""
+    with _field_limit(2**31 - 1):  # csv's own limit names no column: cells are measured below
+        fields = next(reader, None)
+    for index, field in enumerate(fields or ()):
+        if len(field) > MAX_CELL_CHARACTERS:
+            column = header[index] if header and index < len(header) else f"column {index + 1}"
+            raise UserError(f"a cell of {len(field):,} characters, over the limit of "
+                            f"{MAX_CELL_CHARACTERS:,} (128 KiB)", source=source,
+                            line=reader.line_num, key=column)
+    return fields
+
+
+@contextlib.contextmanager
+def _field_limit(limit: int):
+    """csv's field size limit (a setting of the whole process) raised for one record."""
+    previous = csv.field_size_limit(limit)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(previous)
 
 
 def _require(row: dict, columns: list[str], path, line) -> dict:

@@ -236,16 +236,15 @@ def run_task_contract_test(task, train_file, *, inputs: list, bad_input, serving
 def _contract_task(recipe: dict):
     from bertkit.backbone import load_pretrained
     from bertkit.recipe import load_recipe
+    from bertkit.task_data import make_task
 
     loaded = load_recipe(recipe)
     pretrained = load_pretrained(loaded.backbone.preset,
                                  sequence_length=loaded.backbone.sequence_length)
-    reader = loaded.task_class()(loaded.task_options, loaded.data, None,
-                                 loaded.backbone.sequence_length)
+    reader = make_task(loaded)
     examples = reader.read(loaded.data.train)
     assert examples, "read returned no examples"
-    task = loaded.task_class()(loaded.task_options, loaded.data, pretrained.tokenizer,
-                               loaded.backbone.sequence_length, reader.fit_state(examples))
+    task = make_task(loaded, tokenizer=pretrained.tokenizer, state=reader.fit_state(examples))
     return task, examples, pretrained.backbone
 
 
@@ -261,7 +260,7 @@ def _check_features(task, examples: list, sequence_length: int):
 def _check_fit_lowers_the_loss(task, backbone, features, steps: int) -> None:
     import keras
 
-    from bertkit.batching import pad_batch
+    from bertkit.padding import pad_batch
 
     batch = pad_batch(features, np.arange(min(8, len(features))), (features.lengths().max(),))
     inputs, targets, weights = task.make_batch(batch, training=True,

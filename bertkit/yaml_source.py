@@ -8,6 +8,7 @@ validation error can say `recipe.yaml:12: training.learning_rate: ...`.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import yaml
@@ -108,7 +109,7 @@ def _to_python(loader, node, path: KeyPath, lines: dict, source):
         loader.flatten_mapping(node)
         mapping = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
+            key = _construct(loader, key_node, path, source)
             if not isinstance(key, str):
                 raise UserError(f"keys must be names, got {key!r}",
                                 source=source, line=key_node.start_mark.line + 1)
@@ -121,4 +122,19 @@ def _to_python(loader, node, path: KeyPath, lines: dict, source):
     if isinstance(node, yaml.SequenceNode):
         return [_to_python(loader, item, path + (i,), lines, source)
                 for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)
+    return _construct(loader, node, path, source)
+
+
+def _construct(loader, node, path: KeyPath, source):
+    """One scalar's value; one that cannot be read (`2001-13-45`, 5000 digits) is a UserError."""
+    try:
+        return loader.construct_object(node, deep=True)
+    except ValueError as error:
+        if node.tag == "tag:yaml.org,2002:int":  # int("9" * 5000): Python's 4300-digit limit
+            digits = sum(character.isdigit() for character in node.value)
+            message = (f"a number of {digits} digits is too long to read (at most "
+                       f"{sys.get_int_max_str_digits()})")
+        else:
+            message = f"cannot read {node.value[:40]!r}: {error}"
+        raise UserError(message, source=source, line=node.start_mark.line + 1,
+                        key=".".join(map(str, path)) or None) from None

@@ -153,3 +153,52 @@ def test_loading_skips_the_random_draw_and_needs_every_weight(checkpoint, tmp_pa
               str(partial / "model.safetensors"))
     with pytest.raises(UserError, match="cannot read the weights"):
         load_pretrained(str(partial), sequence_length=64)  # never a zero pooler
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"hidden_size": 64}, "config.json does not match the weights: "
+                          "embeddings.word_embeddings.weight has shape ({vocab}, 32); "
+                          "config.json's vocab_size and hidden_size make it ({vocab}, 64)"),
+    ({"intermediate_size": 48}, "encoder.layer.0.intermediate.dense.weight has shape (64, 32); "
+                                "config.json's intermediate_size and hidden_size make it (48, 32)"),
+    ({"type_vocab_size": 3}, "embeddings.token_type_embeddings.weight has shape (2, 32)"),
+    ({"num_hidden_layers": 3}, "config.json does not match the weights: num_hidden_layers is 3, "
+                               "the weights have 2 layers"),
+    ({"num_attention_heads": 5}, "config.json's hidden_size 32 is not a multiple of its "
+                                 "num_attention_heads 5"),
+    ({"num_attention_heads": None}, "config.json lacks 'num_attention_heads' (a whole number of "
+                                    "at least 1)"),
+    ({"vocab_size": "many"}, "config.json has 'many' as 'vocab_size'"),
+], ids=["hidden", "intermediate", "segments", "layers", "heads", "no heads", "text"])
+def test_a_config_json_that_disagrees_with_its_weights_is_one_line(tmp_path, change, message):
+    import re
+
+    folder = write_tiny_checkpoint(tmp_path / "hf")
+    config = json.loads((folder / "config.json").read_text())
+    message = message.format(vocab=config["vocab_size"])
+    config = {key: value for key, value in {**config, **change}.items() if value is not None}
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match=f"backbone.preset: '{folder}': .*" + re.escape(message)):
+        load_pretrained(str(folder), sequence_length=64)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda config: config["bert_backbone"].pop("num_heads"),
+     "backbone.json: bert_backbone: lacks 'num_heads' (a whole number of at least 1)"),
+    (lambda config: config["bert_backbone"].update(hidden_dim=30),
+     "backbone.json: bert_backbone: hidden_dim 30 is not a multiple of num_heads 4"),
+    (lambda config: config["bert_backbone"].update(dropout="high"),
+     "backbone.json: bert_backbone: cannot rebuild the backbone: "),
+    (lambda config: config.pop("hidden_act"),
+     "backbone.json: lacks 'hidden_act' (the feed-forward activation)"),
+    (lambda config: config.pop("bert_backbone"),
+     "backbone.json: lacks 'bert_backbone' (keras-hub's BertBackbone config)"),
+], ids=["no heads", "heads", "dropout", "no activation", "no backbone"])
+def test_a_run_backbone_json_that_lacks_keys_is_one_line(checkpoint, tmp_path, change, message):
+    save_architecture(load_pretrained(str(checkpoint[0]), sequence_length=64), tmp_path)
+    config = json.loads((tmp_path / "backbone.json").read_text())
+    change(config)
+    (tmp_path / "backbone.json").write_text(json.dumps(config))
+    with pytest.raises(UserError) as caught:
+        load_architecture(tmp_path)
+    assert str(caught.value).startswith(f"{tmp_path}/{message}")

@@ -4,13 +4,9 @@ import keras
 import numpy as np
 import pytest
 
-from bertkit.batching import (
-    TrainingBatches,
-    bucket_lengths,
-    epoch_batches,
-    padded_length,
-    padding_lengths,
-)
+from bertkit.batch_plan import BatchPlan
+from bertkit.batching import epoch_batches
+from bertkit.padding import bucket_lengths, padded_length, padding_lengths
 from bertkit.task import Features
 
 BUCKETS = bucket_lengths(128)  # (16, 32, 64, 128)
@@ -77,7 +73,7 @@ def test_training_batches_length_matches_every_epoch_plan():
         def make_batch(self, batch, training, rng):
             return batch, None, None
 
-    batches = TrainingBatches(Passthrough(), features, 32, BUCKETS, seed=0)
+    batches = BatchPlan(32, BUCKETS, seed=0).training_batches(Passthrough(), features)
     for epoch in range(3):
         batches.set_epoch(epoch)
         plan = epoch_batches(lengths, 32, BUCKETS, 0, epoch)
@@ -96,9 +92,9 @@ def test_pad_lengths_change_the_padding_not_the_rows_of_a_batch():
             return batch, np.zeros(len(batch["row_index"])), None
 
     def steps(order, micro_batches, pad_lengths=None):
-        return [step[0] for step in TrainingBatches(
-            Passthrough(), features, 32, BUCKETS, seed=0, order=order,
-            micro_batches=micro_batches, pad_lengths=pad_lengths)]
+        return [step[0] for step in BatchPlan(
+            32, BUCKETS, seed=0, order=order, micro_batches=micro_batches,
+            pad_lengths=pad_lengths).training_batches(Passthrough(), features)]
 
     def batches_rows(plan, parts):  # the rows of each batch, whatever its parts
         return [sorted(np.concatenate([b["row_index"] for b in plan[i:i + parts]]).tolist())
@@ -126,8 +122,32 @@ def test_tensorflow_dataset_gives_the_plan_and_leaves_autotuning_off():
         def make_batch(self, batch, training, rng):
             return batch["token_ids"], batch["segment_ids"], None
 
-    batches = TrainingBatches(Passthrough(), features, 16, BUCKETS, seed=0)
+    batches = BatchPlan(16, BUCKETS, seed=0).training_batches(Passthrough(), features)
     dataset = batches.as_dataset()
     assert [a.shape for a, _ in dataset.as_numpy_iterator()] == [a.shape for a, _ in batches]
     # Dropping an iterator waits for tf.data's autotuning thread: seconds per epoch in fit
     assert dataset.options().autotune.enabled is False
+
+
+@pytest.mark.parametrize("order, micro_batches", [("length_buckets", 1), ("random", 4)])
+def test_the_batch_made_ahead_is_the_batch_of_its_step(order, micro_batches):
+    """`BatchesPyDataset` makes step N + 1 on a thread while step N trains: the same
+    batches, in order, epoch after epoch (random draws included)."""
+    from bertkit.batching import BatchesPyDataset
+
+    lengths = corpus_lengths(rows=300)
+    features = features_of(lengths)
+
+    class Masking:  # a draw per step, as MLM's masking makes
+        def make_batch(self, batch, training, rng):
+            return batch, rng.integers(0, 1000, len(batch["row_index"])), None
+
+    plan = BatchPlan(32, BUCKETS, seed=3, order=order, micro_batches=micro_batches)
+    ahead = BatchesPyDataset(plan.training_batches(Masking(), features))
+    direct = plan.training_batches(Masking(), features)
+    for epoch in range(2):
+        ahead.batches.set_epoch(epoch)
+        for step in range(len(direct)):
+            got, expected = ahead[step], direct.batch(step, epoch)
+            np.testing.assert_array_equal(got[0]["row_index"], expected[0]["row_index"])
+            np.testing.assert_array_equal(got[1], expected[1])

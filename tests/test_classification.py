@@ -73,9 +73,9 @@ def test_tensorboard_logs_the_recorded_steps(run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     logs = EventAccumulator(str(tmp_path / "run" / "logs" / "train")).Reload()
-    every = json.loads((tmp_path / "run" / "steps.json").read_text())["every"]
+    records = json.loads((tmp_path / "run" / "steps.json").read_text())["steps"]
     steps = [event.step for event in logs.Tensors("batch_loss")]
-    assert steps and all(step % every == 0 for step in steps)
+    assert steps and steps == [record["step"] for record in records]
     assert [e.step for e in logs.Tensors("batch_learning_rate")] == steps
 
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-from bertkit.batching import TrainingBatches, fill_rows
+from bertkit.batch_plan import BatchPlan
+from bertkit.padding import fill_rows
 from bertkit.task import Features
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
 
@@ -140,8 +141,8 @@ def test_filler_rows_weigh_nothing_and_the_batch_mean_is_kept():
     lengths = [3, 5, 4, 6, 2]
     features = Features({"token_ids": [np.ones(n, np.int32) for n in lengths],
                          "labels": np.arange(5)}, example_index=np.arange(5))
-    batches = TrainingBatches(_Task(), features, batch_size=5, buckets=(8,), seed=0,
-                              row_multiple=2)
+    batches = BatchPlan(batch_size=5, buckets=(8,), seed=0,
+                        row_multiple=2).training_batches(_Task(), features)
     inputs, labels, weights = batches.batch(0)
     assert len(labels) == 6 and weights[5] == 0.0  # 5 rows + 1 filler
     # Keras's mean over 6 weighted rows equals the plain mean over the 5 real ones.

@@ -3,7 +3,13 @@
 import pytest
 
 from bertkit.errors import UserError
-from bertkit.files import kind_from_name, numbered_lines, read_json_lines, read_text
+from bertkit.files import (
+    kind_from_name,
+    numbered_lines,
+    predict_inputs,
+    read_json_lines,
+    read_text,
+)
 from bertkit.tabular import read_rows
 from bertkit_tasks.mlm.pretraining_corpus import read_corpus
 from bertkit_tasks.span_qa.squad import read_squad
@@ -69,3 +75,42 @@ def test_kinds_by_extension():
     assert [kind_from_name(name) for name in ("a.jsonl", "a.ndjson", "a.json", "a.CSV", "a.tsv",
                                               "a.txt", "a.conll")] == [
         "jsonl", "jsonl", "json", "csv", "tsv", "text", None]
+
+
+@pytest.mark.parametrize("fmt, separator", [("csv", ","), ("tsv", "\t")])
+def test_a_cell_over_128_kib_names_the_file_line_and_column(tmp_path, fmt, separator):
+    path = tmp_path / f"train.{fmt}"
+    path.write_text(f"text{separator}label\nfine{separator}1\n{'a' * 200_000}{separator}0\n")
+    assert error_of(read_rows, path, fmt, ["text", "label"]) == (
+        f"{path}:3: text: a cell of 200,000 characters, over the limit of 131,072 (128 KiB)")
+    path.write_text(f"text{separator}label\n{'a' * 131_072}{separator}0\n")
+    assert len(next(read_rows(path, fmt, ["text", "label"]))[1]["text"]) == 131_072
+
+
+def test_predict_inputs_are_json_values_texts_or_none_per_line(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_bytes(b'\xef\xbb\xbfa fine film\r\n["p", "h"]\n\n  \n[broken\n' + b"[" * 100_000)
+    assert list(predict_inputs(path)) == ["a fine film", ["p", "h"], None, None, "[broken",
+                                          "[" * 100_000]
+    assert error_of(predict_inputs, tmp_path) == f"{tmp_path}: is a directory, expected a file"
+
+
+def test_arriving_chunks_hand_on_what_has_come_then_the_error():
+    import threading
+
+    from bertkit.files import arriving_chunks
+
+    stalled = threading.Event()
+
+    def slow_source():  # `tail -f`: two lines, a pause, a line, then a read error
+        yield from ("one", None)
+        stalled.wait(60)
+        yield "three"
+        raise UserError("not UTF-8 text (byte 9)", source="<stdin>", line=4)
+
+    chunks = arriving_chunks(slow_source(), 16)
+    assert next(chunks) == ["one", None]
+    stalled.set()
+    assert next(chunks) == ["three"]
+    with pytest.raises(UserError, match=r"^<stdin>:4: not UTF-8 text \(byte 9\)$"):
+        next(chunks)

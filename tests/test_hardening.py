@@ -1,8 +1,11 @@
 """Hardening (issue 20): nothing lost, every bad input one line and exit status 2."""
 
 import json
+import re
 import subprocess
 import sys
+import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -96,17 +99,17 @@ def test_killed_during_export_the_rerun_trains_no_epoch_again(tmp_path, monkeypa
     import keras
 
     import bertkit
-    from bertkit import training
+    from bertkit import run_steps
 
     write_tiny_checkpoint(tmp_path / "ckpt", num_layers=1, hidden_size=16, intermediate_size=32)
     write_sentiment_tsv(tmp_path / "train.tsv", 32, seed=0)
     write_sentiment_tsv(tmp_path / "dev.tsv", 8, seed=1)
     recipe = write_recipe(tmp_path, epochs=2)
 
-    def killed(self, finetuned):
+    def killed(run, finetuned):
         raise SystemExit("killed during export")
 
-    monkeypatch.setattr(training._Trainer, "_export", killed)
+    monkeypatch.setattr(run_steps, "export_run", killed)
     with pytest.raises(SystemExit):
         bertkit.finetune(recipe, verbose=0)
     metrics_file = tmp_path / "run" / "metrics.json"
@@ -201,25 +204,21 @@ def test_predict_gives_one_output_per_input_line(finished):
     assert outputs[4] == {"error": "input 5: empty input"}
 
 
-@pytest.mark.parametrize("data, message", [
-    (b"good\nna\xefve caf\xe9\n", "in.txt:2: not UTF-8 text (byte 0xef at column 3)"),
-    (b"good\n\x00\x01\x02binary\n", "in.txt:2: binary data (a NUL byte)"),
-])
-def test_predict_refuses_input_that_is_not_utf8_text(finished, tmp_path, data, message):
-    (tmp_path / "in.txt").write_bytes(data)
+def test_predict_refuses_input_that_is_not_utf8_text(finished, tmp_path):
+    (tmp_path / "in.txt").write_bytes(b"good\nna\xefve caf\xe9\n")
     one_line_error(bertkit("predict", str(finished / "run"), "--input", "in.txt", cwd=tmp_path),
-                   message)
+                   "in.txt:2: not UTF-8 text (byte 7)")
 
 
 def test_predict_refuses_a_folder_as_input(finished, tmp_path):
     one_line_error(bertkit("predict", str(finished / "run"), "--input", str(tmp_path)),
-                   "is a folder; expected a file with one input per line")
+                   "is a directory, expected a file")
 
 
 def test_predict_refuses_binary_stdin(finished):
     result = subprocess.run([sys.executable, "-m", "bertkit.cli", "predict",
                              str(finished / "run")], input=b"\xff\xfe\x00x", capture_output=True)
-    assert result.returncode == 2 and b"<stdin>:1: binary data" in result.stderr
+    assert result.returncode == 2 and b"<stdin>:1: not UTF-8 text (byte 0)" in result.stderr
 
 
 def test_python_predict_takes_a_string_as_one_input(finished):
@@ -428,6 +427,8 @@ def test_evaluate_on_a_read_only_run_prints_then_warns(finished, monkeypatch, ca
 @pytest.mark.parametrize("damage, message", [
     ("config", "backbone.preset: cannot read '"),
     ("safetensors", "backbone.preset: cannot read the weights in '"),
+    ("shapes", "config.json does not match the weights: embeddings.word_embeddings.weight has "
+               "shape (144, 16); config.json's vocab_size and hidden_size make it (144, 32)"),
 ])
 def test_a_corrupt_preset_is_one_line_and_leaves_no_run(finished, tmp_path, damage, message):
     import shutil
@@ -436,6 +437,9 @@ def test_a_corrupt_preset_is_one_line_and_leaves_no_run(finished, tmp_path, dama
     shutil.copytree(finished / "ckpt", preset)
     if damage == "config":
         (preset / "config.json").write_text('{"model_type": "bert", "hidden_size": ')
+    elif damage == "shapes":
+        config = json.loads((preset / "config.json").read_text())
+        (preset / "config.json").write_text(json.dumps({**config, "hidden_size": 32}))
     else:
         weights = preset / "model.safetensors"
         weights.write_bytes(weights.read_bytes()[:1000])
@@ -495,3 +499,397 @@ def test_a_full_disk_is_one_line_and_leaves_the_finished_run(finished, tmp_path,
     assert error.startswith(f"bertkit: error: {tmp_path / 'new'}")
     assert error.endswith(": No space left on device\n") and error.count("\n") == 1
     assert {path: path.read_bytes() for path in run.rglob("*.json")} == before
+
+
+# ---- issue 28: one line where a traceback was
+
+def test_a_seed_numpy_cannot_take_is_one_line_and_makes_no_run(tmp_path):
+    result = bertkit("finetune", str(write_recipe(tmp_path)), "--set",
+                     "training.seed=4294967296", cwd=tmp_path)
+    one_line_error(result, "--set: training.seed: must be at most 4294967295, got 4294967296")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_5000_digit_number_is_one_line(tmp_path):
+    result = bertkit("check", str(write_recipe(tmp_path)), "--set", "training.epochs=" + "9" * 5000,
+                     cwd=tmp_path)
+    one_line_error(result, "--set: training.epochs: a number of 5000 digits is too long to read")
+
+
+# ---- issue 28: predict, the prediction side (pairs, pipes, NUL bytes, big cells, long inputs)
+
+@pytest.fixture(scope="module")
+def pair_run(finished):
+    """A tiny text-pair run (premise, hypothesis -> label), RTE's shape, beside `finished`."""
+    import bertkit as api
+
+    words = ["good", "bad", "fine", "dull"] * 4
+    rows = [f"the film was {w}\tit is {w if i % 2 else 'grim'}\t{'yes' if i % 2 else 'no'}"
+            for i, w in enumerate(words)]
+    (finished / "pairs.tsv").write_text("premise\thypothesis\tlabel\n" + "\n".join(rows) + "\n")
+    recipe = yaml.safe_load(write_recipe(finished, "pairs.yaml").read_text())
+    recipe["backbone"]["preset"] = str(finished / "ckpt")
+    recipe["data"] = {"train": str(finished / "pairs.tsv"),
+                      "validation": str(finished / "pairs.tsv"),
+                      "text": "premise", "text_pair": "hypothesis"}
+    del recipe["output_dir"]
+    api.finetune(recipe, output_dir=finished / "pair_run", verbose=0)
+    return finished / "pair_run"
+
+
+def outputs_of(result):
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+PAIR_ERROR = ("this model classifies text pairs: expected a [text, text_pair] pair or an object "
+              "with 'premise' and 'hypothesis', got 'a single text'")
+
+
+def test_a_pair_model_gives_an_error_object_for_a_plain_text_line(pair_run):
+    outputs = outputs_of(bertkit("predict", str(pair_run), input='a single text\n["p", "h"]\n'))
+    assert outputs[0] == {"error": f"input 1: {PAIR_ERROR}"}
+    assert len(outputs) == 2 and "label" in outputs[1]
+
+
+def test_python_predict_reports_a_plain_text_given_to_a_pair_model(pair_run):
+    import bertkit as api
+    from bertkit.errors import UserError
+
+    model = api.load(pair_run)
+    outputs = model.predict(["a single text", ["p", "h"]], errors="report")
+    assert outputs[0] == {"error": f"input 1: {PAIR_ERROR}"}
+    assert outputs[1] == model.predict([["p", "h"]])[0]
+    with pytest.raises(UserError, match=r"^input 1: this model classifies text pairs"):
+        model.predict(["a single text"])
+
+
+def test_predict_column_without_pair_column_on_a_pair_model(pair_run):
+    result = bertkit("predict", str(pair_run), "--input", str(pair_run.parent / "pairs.tsv"),
+                     "--column", "premise")
+    one_line_error(result, "this model takes text pairs: --column needs --pair-column (the "
+                           "column of the second text)")
+    assert result.stdout == ""
+    result = bertkit("predict", str(pair_run), "--input", str(pair_run.parent / "pairs.tsv"),
+                     "--column", "premise", "--pair-column", "hypothesis")
+    assert len(outputs_of(result)) == 16
+
+
+def start_predict(run):
+    return subprocess.Popen([sys.executable, "-m", "bertkit.cli", "predict", str(run)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def line_within(stream, seconds):
+    import select
+
+    ready, _, _ = select.select([stream], [], [], seconds)
+    assert ready, f"no output line within {seconds} s"
+    return stream.readline()
+
+
+def test_predict_answers_each_line_as_it_arrives(finished):
+    # `tail -f log | bertkit predict RUN`: stdin stays open, each line is answered.
+    process = start_predict(finished / "run")
+    try:
+        for text in ("a good film", "a dull film"):
+            process.stdin.write(text + "\n")
+            process.stdin.flush()
+            assert "label" in json.loads(line_within(process.stdout, 120))
+    finally:
+        process.stdin.close()
+        process.wait(60)
+    assert process.returncode == 0 and process.stdout.read() == ""
+
+
+def test_predict_into_a_closed_pipe_exits_quietly(finished):
+    # `bertkit predict RUN | head -1`: the reader leaves after one line.
+    process = start_predict(finished / "run")
+    process.stdin.write("a good film\n")
+    process.stdin.flush()
+    line_within(process.stdout, 120)
+    process.stdout.close()
+    process.stdin.write("a dull film\n")
+    process.stdin.close()
+    assert process.wait(60) == 141
+    assert process.stderr.read() == ""
+
+
+def test_a_nul_byte_gives_one_error_object_for_its_line(finished, tmp_path):
+    (tmp_path / "in.txt").write_bytes(b"good\n\x00\x01\x02binary\nfine\n")
+    for args in (["--input", "in.txt"], []):
+        outputs = outputs_of(bertkit("predict", str(finished / "run"), *args, cwd=tmp_path,
+                                     input=None if args else "good\n\x00\x01\x02binary\nfine\n"))
+        assert outputs[1] == {"error": "input 2: a NUL byte (binary data?); expected text"}
+        assert len(outputs) == 3 and "label" in outputs[0] and "label" in outputs[2]
+
+
+@pytest.mark.parametrize("name, separator", [("big.tsv", "\t"), ("big.csv", ",")])
+def test_predict_column_with_a_cell_over_128_kib_is_one_line(finished, tmp_path, name,
+                                                              separator):
+    rows = ["sentence", "a good film", "a" * 200_000]
+    (tmp_path / name).write_text("\n".join(f"{row}{separator}1" for row in rows) + "\n")
+    result = bertkit("predict", str(finished / "run"), "--input", name, "--column", "sentence",
+                     cwd=tmp_path)
+    one_line_error(result, f"{name}:3: sentence: a cell of 200,000 characters, over the limit "
+                           f"of 131,072 (128 KiB)")
+
+
+def test_predict_bounds_the_characters_of_one_input(finished, tmp_path):
+    # The tagging SavedModel spent 115 s of CPU on one 600,000-character request.
+    (tmp_path / "in.txt").write_text("a good film\n" + "word " * 120_000 + "\n")
+    outputs = outputs_of(bertkit("predict", str(finished / "run"), "--input", "in.txt",
+                                 cwd=tmp_path))
+    message = "input 2: longer than 100,000 characters (600,000), the limit per input"
+    assert outputs[1] == {"error": message} and "label" in outputs[0]
+    outputs = outputs_of(bertkit("predict", str(finished / "run"), "--max-input-characters",
+                                 "5", input="a good film\nfine\n"))
+    assert outputs == [{"error": "input 1: longer than 5 characters (11), the limit per input"},
+                       outputs[1]] and "label" in outputs[1]
+
+
+def test_python_predict_bounds_the_characters_of_one_input(finished):
+    import bertkit as api
+    from bertkit.errors import UserError
+    from bertkit.files import MAX_INPUT_CHARACTERS
+
+    model = api.load(finished / "run")
+    assert MAX_INPUT_CHARACTERS == 100_000
+    outputs = model.predict(["fine", "word " * 120_000], errors="report")
+    assert outputs[1] == {"error": "input 2: longer than 100,000 characters (600,000), the "
+                                   "limit per input"}
+    with pytest.raises(UserError, match=r"^input 1: longer than 8 characters \(10\)"):
+        model.predict([["a good", "film"]], max_input_characters=8)
+
+
+def test_export_into_a_full_disk_is_one_line_and_leaves_nothing(finished, tmp_path, monkeypatch,
+                                                                 capsys):
+    import tensorflow as tf
+
+    from bertkit import cli
+
+    real_save = tf.saved_model.save
+
+    def full(module, path, **kwargs):  # TensorFlow's own error for a full disk
+        real_save(module, path, **kwargs)
+        raise tf.errors.ResourceExhaustedError(
+            None, None, f"{path}/saved_model.pb.tmp0; No space left on device")
+
+    monkeypatch.setattr(tf.saved_model, "save", full)
+    out = tmp_path / "exports" / "model"
+    assert cli.main(["export", str(finished / "run"), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"bertkit: error: {out}: cannot write the SavedModel: No space left on device\n")
+    assert list((tmp_path / "exports").iterdir()) == []
+
+
+def test_export_into_a_read_only_folder_is_one_line(finished, tmp_path, monkeypatch, capsys):
+    import errno
+    from pathlib import Path
+
+    from bertkit import cli
+
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    out = tmp_path / "model"
+    assert cli.main(["export", str(finished / "run"), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"bertkit: error: {out}: cannot write the SavedModel: Read-only file system\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_export_into_a_folder_the_user_cannot_write(finished, tmp_path):
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes to any folder")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    result = bertkit("export", str(finished / "run"), "--out", str(locked / "model"))
+    one_line_error(result, f"{locked / 'model'}: cannot write the SavedModel: Permission denied")
+    assert list(locked.iterdir()) == []
+
+
+def test_export_of_a_run_with_nan_weights_names_the_weights_file(finished, tmp_path):
+    import shutil
+
+    import h5py
+
+    run = tmp_path / "nan_run"
+    shutil.copytree(finished / "run", run)
+    with h5py.File(run / "model" / "model.weights.h5", "r+") as weights:
+        weights.visititems(lambda name, item: item.__setitem__(Ellipsis, np.nan) if isinstance(
+            item, h5py.Dataset) and item.dtype.kind == "f" else None)
+    result = bertkit("export", str(run), "--out", str(tmp_path / "model"))
+    one_line_error(result, f"{run / 'model' / 'model.weights.h5'}: the run's weights are not "
+                           "finite (NaN or infinity in '")
+    assert not (tmp_path / "model").exists()
+
+
+def _hdf5_disk_full(model, path, **kwargs):  # h5py's error: no errno, HDF5's text
+    raise OSError("Unable to synchronously create dataset (file write failed: time = ..., "
+                  f"filename = '{path}', file descriptor = 5, errno = 28, error message = 'No "
+                  "space left on device', buf = 0x55, total write size = 8192)")
+
+
+def _disk_full(model, path, **kwargs):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("writer, message", [
+    (_disk_full, "cannot save the weights: No space left on device"),
+    (_hdf5_disk_full, "cannot save the weights: No space left on device"),
+    ("statvfs", "not enough free space to save the weights (about 1.1 MB needed, 0.0 MB free)"),
+], ids=["errno", "hdf5 text", "checked before"])
+def test_a_disk_full_for_the_weights_is_one_line_and_leaves_no_partial_file(
+        finished, tmp_path, monkeypatch, capsys, writer, message):
+    import keras
+
+    from bertkit import callbacks, cli
+
+    def partly(model, path, **kwargs):  # half the file written, then the disk is full
+        Path(path).write_bytes(b"\x89HDF" * 1000)
+        writer(model, path, **kwargs)
+
+    if writer == "statvfs":
+        monkeypatch.setattr(callbacks.os, "statvfs", lambda path: types.SimpleNamespace(
+            f_bavail=10, f_frsize=4096))
+    else:
+        monkeypatch.setattr(keras.saving, "save_weights", partly)
+    monkeypatch.chdir(finished)
+    run = tmp_path / "new"
+    assert cli.main(["finetune", str(write_recipe(finished)), "--output", str(run)]) == 2
+    error = capsys.readouterr().err  # the progress lines, then one line
+    assert error.endswith(f"bertkit: error: {run / 'model' / 'model.weights.h5'}: {message}\n")
+    assert "Traceback" not in error and "Exception ignored" not in error
+    assert not run.exists()  # nothing trained yet: no half-made run, no partial file
+
+
+def test_a_json_file_the_disk_has_no_room_for_names_itself_and_leaves_no_temporary(
+        tmp_path, monkeypatch):
+    import errno
+
+    from bertkit import run_dir
+
+    def full(value, file, **kwargs):
+        file.write('{"half": ')
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(run_dir.json, "dump", full)
+    with pytest.raises(OSError) as caught:
+        run_dir.write_json(tmp_path / "metrics.json", {"a": 1})
+    assert (caught.value.errno, caught.value.filename) == (errno.ENOSPC,
+                                                            str(tmp_path / "metrics.json"))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]], ids=["plain", "overwrite"])
+def test_a_damaged_run_json_is_named_with_its_line(finished, tmp_path, overwrite):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(finished / "run", run)
+    (run / "run.json").write_text('{\n  "status": "finished",\n  "best_epoch": \n}\n')
+    before = snapshot(run)
+    result = bertkit("finetune", str(write_recipe(finished)), *overwrite, "--output", str(run),
+                     cwd=finished)
+    one_line_error(result, f"{run / 'run.json'}:4: corrupt run status file: Expecting value")
+    assert snapshot(run) == before
+
+
+def test_after_a_kill_during_overwrite_errors_say_where_the_old_run_is(finished, tmp_path,
+                                                                       monkeypatch):
+    import os
+    import shutil
+
+    from bertkit import run_dir
+    from bertkit.errors import UserError
+
+    run = run_dir.RunDirectory(tmp_path / "run")
+    shutil.copytree(finished / "run", run.path)
+    old = snapshot(run.path)
+    moved, replace = [], os.replace
+
+    def killed_after_two(source, target):  # a kill -9 in the middle of the move aside
+        if len(moved) == 2:
+            raise KeyboardInterrupt
+        moved.append(Path(source).name)
+        replace(source, target)
+
+    monkeypatch.setattr(run_dir.os, "replace", killed_after_two)
+    with pytest.raises(KeyboardInterrupt):
+        run.prepare("new recipe", overwrite=True)
+    monkeypatch.undo()
+    assert moved[0] == "run.json"  # first: what is left is not taken for the new run
+    hint = (f"the run it replaces is kept in {tmp_path / '.run.replaced'} (an overwrite was "
+            "interrupted: run it again to finish it, or move that folder's files back)")
+    with pytest.raises(UserError, match=re.escape(hint)), run.lock():  # what finetune does
+        pass
+    with pytest.raises(UserError, match=re.escape(hint)):
+        run.prepare("new recipe", overwrite=True)
+    run.restore_replaced()
+    assert snapshot(run.path) == old and not run.replaced_dir.exists()
+
+
+def test_a_kill_while_the_replacement_trains_or_the_old_run_is_deleted(tmp_path):
+    from bertkit.errors import UserError
+    from bertkit.run_dir import RunDirectory
+
+    run = RunDirectory(tmp_path / "run")
+    run.path.mkdir()
+    run.recipe_file.write_text("new recipe")
+    run.set_status("running")  # the replacement, killed while it trained
+    run.replaced_dir.mkdir()
+    (run.replaced_dir / "run.json").write_text('{"status": "finished"}')
+    with pytest.raises(UserError, match="of a different recipe; .* the run it replaces is kept "
+                                        f"in {re.escape(str(run.replaced_dir))}"):
+        run.prepare("third recipe", overwrite=False)
+    run.set_status("finished")  # the replacement finished; killed while deleting the old run
+    assert run.prepare("third recipe", overwrite=True) is False
+    assert (run.replaced_dir / "recipe.yaml").read_text() == "new recipe"  # kept, not deleted
+
+
+@pytest.mark.parametrize("preset, message", [
+    ("package:bertkit/no_such_model", "backbone.preset: preset folder not found: {bertkit}/"
+                                      "no_such_model (from 'package:bertkit/no_such_model')"),
+    ("package:no_such_package/model", "backbone.preset: no installed Python package "
+                                      "'no_such_package' (from 'package:no_such_package/model')"),
+])
+def test_check_refuses_a_package_preset_that_does_not_exist(tmp_path, preset, message):
+    import bertkit as api
+
+    write_sentiment_tsv(tmp_path / "train.tsv", 4)
+    write_sentiment_tsv(tmp_path / "dev.tsv", 4)
+    result = bertkit("check", str(write_recipe(tmp_path)), "--set", f"backbone.preset={preset}",
+                     cwd=tmp_path)
+    one_line_error(result, message.format(bertkit=Path(api.__file__).parent))
+
+
+def test_check_refuses_preset_choices_that_do_not_exist(finished, tmp_path):
+    recipe = write_recipe(finished, "search.yaml")
+    recipe.write_text(recipe.read_text() + "search:\n  backbone.preset: [ckpt, ./no_ckpt, "
+                                           "'package:bertkit/no_model']\n")
+    result = bertkit("check", str(recipe), cwd=finished)
+    one_line_error(result, f"search.yaml:16: search.backbone.preset.1: preset folder not found: "
+                           f"{finished / 'no_ckpt'}")
+    recipe.write_text(recipe.read_text().replace("./no_ckpt, ", ""))
+    one_line_error(bertkit("check", str(recipe), cwd=finished),
+                   "search.backbone.preset.1: preset folder not found: ")
+
+
+def test_a_jax_run_prints_no_tensorflow_start_up_lines(finished):
+    import os
+
+    environment = {name: value for name, value in os.environ.items()
+                   if not name.startswith("TF_")}  # as a user's shell has them
+    result = subprocess.run([sys.executable, "-m", "bertkit.cli", "predict", str(finished / "run")],
+                            input="a good film\n", capture_output=True, text=True,
+                            env={**environment, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"})
+    assert result.returncode == 0, result.stderr
+    assert "label" in json.loads(result.stdout)
+    assert result.stderr == ""  # not "WARNING: All log messages before absl::InitializeLog()..."

@@ -4,16 +4,11 @@ import keras
 import numpy as np
 import pytest
 
-from bertkit.batching import (
-    TrainingBatches,
-    bucket_lengths,
-    normalize_weights,
-    padded_length,
-    random_batches,
-    split_by_length,
-)
+from bertkit.batch_plan import BatchPlan
+from bertkit.batching import normalize_weights, random_batches, split_by_length
 from bertkit.errors import UserError
 from bertkit.optimization import make_optimizer
+from bertkit.padding import bucket_lengths, padded_length
 from bertkit.recipe import TrainingConfig, load_recipe
 from bertkit.task import Features
 
@@ -50,8 +45,8 @@ def test_random_batches_hold_every_row_once_in_near_equal_batches():
 def test_each_batch_is_split_by_length_and_each_part_padded_to_its_bucket():
     features = corpus()
     lengths = features.lengths()
-    batches = TrainingBatches(TokenTagging(), features, 32, BUCKETS, seed=0, order="random",
-                              micro_batches=4)
+    batches = BatchPlan(32, BUCKETS, seed=0, order="random",
+                        micro_batches=4).training_batches(TokenTagging(), features)
     plan = random_batches(len(lengths), 32, seed=0, epoch=0)
     assert len(batches) == 4 * len(plan)
     steps = list(batches)
@@ -99,8 +94,8 @@ def train_one_epoch(micro_batches: int) -> list:
     training = TrainingConfig(epochs=1, batch_size=32, learning_rate=1e-2, warmup_ratio=0.2,
                               max_grad_norm=0.05, batch_order="random",
                               micro_batches=micro_batches)
-    batches = TrainingBatches(TokenTagging(), corpus(), 32, BUCKETS, seed=0, order="random",
-                              micro_batches=micro_batches)
+    batches = BatchPlan(32, BUCKETS, seed=0, order="random",
+                        micro_batches=micro_batches).training_batches(TokenTagging(), corpus())
     model = tagger()
     model.compile(optimizer=make_optimizer(training, len(batches)),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -137,8 +132,8 @@ def test_micro_batches_need_random_order_and_fit_in_a_batch():
     loaded = load_recipe(recipe(batch_order="random", micro_batches=4))
     assert (loaded.training.batch_order, loaded.training.micro_batches) == ("random", 4)
     with pytest.raises(UserError, match="cannot be split into 4 micro-batches"):
-        TrainingBatches(TokenTagging(), corpus(rows=3), 32, BUCKETS, seed=0, order="random",
-                        micro_batches=4)
+        BatchPlan(32, BUCKETS, seed=0, order="random",
+                  micro_batches=4).training_batches(TokenTagging(), corpus(rows=3))
 
 
 def test_rows_of_unequal_parts_count_once_when_the_task_gives_no_weights():
@@ -149,8 +144,8 @@ def test_rows_of_unequal_parts_count_once_when_the_task_gives_no_weights():
             first_token = batch["token_ids"][:, 0].astype(np.float32)
             return batch["token_ids"], {"label": first_token, "other": first_token}, None
 
-    batches = TrainingBatches(PerRow(), features, 32, BUCKETS, seed=0, order="random",
-                              micro_batches=4)
+    batches = BatchPlan(32, BUCKETS, seed=0, order="random",
+                        micro_batches=4).training_batches(PerRow(), features)
     parts = [batches.batch(step) for step in range(4)]
     assert len({len(weights["label"]) for _, _, weights in parts}) > 1  # unequal parts
     for name in ("label", "other"):

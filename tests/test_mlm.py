@@ -10,9 +10,9 @@ from safetensors.numpy import load_file, save_file
 
 import bertkit
 from bertkit.backbone import load_architecture, load_pretrained
-from bertkit.batching import pad_batch
 from bertkit.errors import UserError
 from bertkit.inference import predict_examples
+from bertkit.padding import pad_batch
 from bertkit.task import Features
 from bertkit.testing import (
     run_task_contract_test,
@@ -222,15 +222,16 @@ def test_instances_and_dynamic_masks_without_next_sentence_prediction(tmp_path):
 
 
 def test_micro_batches_count_every_masked_token_and_pair_once(tmp_path):
-    from bertkit.batching import TrainingBatches, bucket_lengths
+    from bertkit.batch_plan import BatchPlan
+    from bertkit.padding import bucket_lengths
 
     task = MaskedLMTask(MaskedLMOptions(), CorpusData("c.txt"),
                         WordPieceTokenizer(tiny_vocabulary(), True), 64)
     path = tmp_path / "c.txt"
     write_corpus(path, 40)
     features = task.featurize(task.read(str(path)), training=True)
-    batches = TrainingBatches(task, features, 16, bucket_lengths(64), seed=0, order="random",
-                              micro_batches=4)
+    batches = BatchPlan(16, bucket_lengths(64), seed=0, order="random",
+                        micro_batches=4).training_batches(task, features)
     steps = list(batches)
     assert len(steps) == 4 * -(-len(features) // 16) and len(features) > 32
     for k in range(0, len(steps), 4):

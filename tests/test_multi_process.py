@@ -262,3 +262,36 @@ def test_a_missing_process_setting_names_its_option(capsys, monkeypatch):
                                  capsys)
     assert (code, err) == (2, "bertkit: error: --process-id: expected 0 to 1 for 2 processes, "
                               "got 2")
+
+
+@pytest.mark.parametrize("environment", [False, True], ids=["option", "variable"])
+def test_a_coordinator_without_a_port_is_one_line(capsys, monkeypatch, environment):
+    if environment:
+        monkeypatch.setenv("KERAS_DISTRIBUTION_JOB_ADDRESSES", "garbage")
+        key, argv = "KERAS_DISTRIBUTION_JOB_ADDRESSES", []
+    else:
+        key, argv = "--coordinator", ["--coordinator", "garbage"]
+    code, err = finetune_command([*argv, "--num-processes", "2", "--process-id", "0"], capsys)
+    assert (code, err) == (2, f"bertkit: error: {key}: expected HOST:PORT, process 0's address "
+                              "(e.g. 10.0.0.1:1234), got 'garbage'")
+
+
+def test_a_missing_process_ends_the_wait_with_one_line(tmp_path):
+    """A job of two processes where only process 1 comes: it says what it waits for, then
+    gives up after --startup-timeout with one line (JAX alone would wait 300 s, then abort
+    with a C++ stack trace)."""
+    port = free_port()
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    started = time.time()
+    # The processes gather before the recipe is read: it need not exist here.
+    result = subprocess.run(
+        [sys.executable, "-m", "bertkit.cli", "finetune", "recipe.yaml", "--coordinator",
+         f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "1",
+         "--startup-timeout", "3"], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120)
+    assert time.time() - started < 60
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"waiting for 2 processes at 127.0.0.1:{port} (this is process 1; giving up after 3 s)",
+        f"bertkit: error: --startup-timeout: the job's 2 processes did not all start within 3 s; "
+        f"start every process (--process-id 0 to 1), with process 0 at 127.0.0.1:{port}"]

@@ -10,17 +10,13 @@ import numpy as np
 import pytest
 
 import bertkit
-from bertkit.batching import TrainingBatches, bucket_lengths, pad_batch, padding_lengths
+from bertkit.batch_plan import BatchPlan
 from bertkit.distribution import data_parallel_scope
 from bertkit.errors import UserError
 from bertkit.optimization import make_optimizer
-from bertkit.packing import (
-    PositionsById,
-    pack_batch,
-    pack_lengths,
-    packed_training_model,
-    packing_width,
-)
+from bertkit.packed_backbone import PositionsById, packed_training_model
+from bertkit.packing import pack_batch, pack_lengths, packing_width
+from bertkit.padding import bucket_lengths, pad_batch, padding_lengths
 from bertkit.recipe import TrainingConfig, load_recipe
 from bertkit.task import Features
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
@@ -133,8 +129,8 @@ class TwoHeads:
 def train_one_epoch(packing: bool) -> list:
     training = TrainingConfig(epochs=1, batch_size=32, learning_rate=3e-3, warmup_ratio=0.2,
                               max_grad_norm=0.5, batch_order="random", packing=packing)
-    batches = TrainingBatches(TwoHeads(), corpus(), 32, bucket_lengths(64), seed=0,
-                              order="random", pad_lengths=PAD_LENGTHS, packing=packing)
+    batches = BatchPlan(32, bucket_lengths(64), seed=0, order="random", pad_lengths=PAD_LENGTHS,
+                        packing=packing).training_batches(TwoHeads(), corpus())
     backbone = tiny_backbone()
     model = two_head_model(backbone)
     trained = packed_training_model(model, backbone) if packing else model

@@ -116,3 +116,47 @@ def test_checking_a_recipe_does_not_import_tensorflow(tmp_path):
                          text=True, check=True).stdout
     assert "task:\n  name: classification" in out
     assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("override, message", [
+    ("training.seed=-1", "--set: training.seed: must be at least 0, got -1"),
+    ("training.seed=4294967296",
+     "--set: training.seed: must be at most 4294967295, got 4294967296"),
+])
+def test_the_seed_is_bounded_by_the_schema(tmp_path, override, message):
+    assert error_of(tmp_path, GOOD, [override]) == message
+
+
+def test_a_searched_seed_is_bounded_too(tmp_path):
+    search = GOOD + "    search: {training.seed: {low: 0, high: 4294967296}}\n"
+    assert error_of(tmp_path, search).endswith(
+        "r.yaml:7: search.training.seed.high: must be at most 4294967295, got 4294967296")
+    search = GOOD + "    search: {training.seed: [-3, 1]}\n"
+    assert error_of(tmp_path, search).endswith(
+        "r.yaml:7: search.training.seed.0: must be at least 0, got -3")
+
+
+LONG = "9" * 5000
+
+
+@pytest.mark.parametrize("text, overrides, message", [
+    (GOOD.replace("epochs: 2", f"epochs: {LONG}"), None,
+     "r.yaml:5: training.epochs: a number of 5000 digits is too long to read (at most 4300)"),
+    (GOOD, [f"training.epochs={LONG}"],
+     "--set: training.epochs: a number of 5000 digits is too long to read (at most 4300) "
+     "(in '99999"),
+    (GOOD.replace("epochs: 2", f"epochs: 0x{'f' * 5000}"), None,
+     "r.yaml:5: training.epochs: must be at most 10000, got an integer of 6021 digits"),
+    (GOOD.replace("epochs: 2", f"batch_size: 0x{'f' * 5000}"), None,
+     "r.yaml:5: training.batch_size: must be at most 9223372036854775807, got an integer of "
+     "6021 digits"),
+    (GOOD, [f"training.learning_rate=0x{'f' * 5000}"],
+     "--set: training.learning_rate: expected a finite number, got an integer of 6021 digits"),
+    (GOOD, [f"data.text=0x{'f' * 5000}"],
+     "--set: data.text: expected a string, got an integer of 6021 digits"),
+    (GOOD.replace("epochs: 2", "epochs: 2001-13-45"), None,
+     "r.yaml:5: training.epochs: cannot read '2001-13-45': month must be in 1..12"),
+], ids=["decimal", "decimal --set", "hex", "hex unbounded", "hex as float", "hex as text",
+        "bad date"])
+def test_numbers_too_long_to_read_are_one_line(tmp_path, text, overrides, message):
+    assert message in error_of(tmp_path, text, overrides)

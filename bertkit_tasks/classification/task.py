@@ -135,6 +135,14 @@ class ClassificationTask(Task):
         return classification_report(examples, predictions, self.labels, directory)
 
     def parse_input(self, value):
+        example = self._input_example(value)
+        if self.data.text_pair and example.text_pair is None:  # its featurizer needs both
+            raise UserError(f"this model classifies text pairs: expected a [text, text_pair] "
+                            f"pair or an object with '{self.data.text}' and "
+                            f"'{self.data.text_pair}', got {value!r:.80}")
+        return example
+
+    def _input_example(self, value) -> TextExample:
         if isinstance(value, str):
             return TextExample(value)
         if isinstance(value, (list, tuple)) and len(value) == 2:

@@ -1,0 +1,154 @@
+"""The batch plan: every option that shapes a training batch, and the rules that tie them.
+
+A run's batches follow from `training.batch_size`, `batch_order`, `micro_batches`,
+`packing` and `bucket_lengths`, from the backend (does each new input shape compile a
+program?) and from the devices that share a batch. `BatchPlan` holds them together and
+is the one place that checks them against each other: `check_recipe` at recipe time
+(line numbers, no TensorFlow), `from_recipe` once the backend and devices are known.
+The plan then hands out what a run trains on: `training_batches` (the steps of every
+epoch) and `model_to_fit` (the task's model, or the same layers taking packed rows).
+
+Each way of making batches is a small strategy class (as spaCy's batchers are): an
+order decides which rows form each step (`bertkit.batching.LengthBuckets`,
+`RandomMicroBatches`), a layout turns a step's rows into arrays (`PaddedSteps`,
+`PackedSteps`). The training loop never learns how batches are made.
+
+Example:
+    >>> plan = BatchPlan(batch_size=32, buckets=(16, 32, 64), order="random",
+    ...                  micro_batches=4)
+    >>> plan.pad_lengths, type(plan.order_strategy(np.array([5, 40]))).__name__
+    ((16, 32, 64), 'RandomMicroBatches')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from bertkit.errors import UserError
+from bertkit.padding import bucket_lengths, padding_lengths
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    """How a run's training batches are made.
+
+    Attributes:
+        batch_size: rows per update (the global batch, over all devices).
+        buckets: the lengths that group rows in `length_buckets` order.
+        pad_lengths: the widths a step is padded to (default: `buckets`; see
+            `bertkit.padding.padding_lengths`).
+        order: `length_buckets` or `random`.
+        micro_batches: steps each batch is split into (gradients accumulated).
+        packing: steps packed into long rows (`bertkit.packing`).
+        packed_row_counts: numbers of packed rows a step may have (None: any).
+        row_multiple: devices sharing each step (a step's rows are a multiple of it).
+        seed: the data order's seed.
+    """
+
+    batch_size: int
+    buckets: tuple[int, ...]
+    pad_lengths: tuple[int, ...] = ()
+    order: str = "length_buckets"
+    micro_batches: int = 1
+    packing: bool = False
+    packed_row_counts: tuple[int, ...] | None = None
+    row_multiple: int = 1
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.order not in ("length_buckets", "random"):
+            raise ValueError(f"unknown batch order {self.order!r}")
+        object.__setattr__(self, "buckets", tuple(self.buckets))
+        object.__setattr__(self, "pad_lengths", tuple(self.pad_lengths or self.buckets))
+
+    # ---- the rules
+    @staticmethod
+    def check_recipe(training, task_class, error) -> None:
+        """The rules between a recipe's batch options; `error(message, key)` makes the
+        `UserError` (with the recipe's line) for `training.<key>`."""
+        if training.micro_batches > 1 and training.batch_order != "random":
+            raise error("micro_batches needs batch_order: random (length-bucketed batches "
+                        "are padded alike already)", "micro_batches")
+        if training.micro_batches > training.batch_size:
+            raise error(f"cannot split batches of {training.batch_size} rows into "
+                        f"{training.micro_batches} micro-batches", "micro_batches")
+        if training.packing and not task_class.packs:
+            raise error(f"the {task_class.name} task cannot pack rows (packing: true): "
+                        "only tasks that declare `packs` can", "packing")
+
+    @staticmethod
+    def check_devices(training, devices: int, backend: str, source=None) -> None:
+        """The rules that hold once a batch is spread by a distribution over `devices`
+        devices (one included: `distribution: data_parallel` on one device)."""
+        for key in ("batch_size", "eval_batch_size"):
+            size = getattr(training, key)
+            if size is not None and size % devices:
+                raise UserError(f"{size} rows do not split evenly over {devices} devices; use "
+                                f"a multiple of {devices}", source=source, key=f"training.{key}")
+        if training.packing:
+            raise UserError(f"packed batches train on one device, not {devices}; set "
+                            "training.packing to false or distribution: one_device",
+                            source=source, key="training.packing")
+        if backend == "tensorflow" and (training.gradient_accumulation_steps
+                                        * training.micro_batches > 1):
+            raise UserError("Keras cannot accumulate gradients under tf.distribute; set "
+                            "training.gradient_accumulation_steps and training.micro_batches "
+                            "to 1, use distribution: one_device, or the JAX backend",
+                            source=source, key="training.gradient_accumulation_steps")
+
+    @classmethod
+    def from_recipe(cls, recipe, *, compiles_each_shape: bool, row_multiple: int = 1,
+                    buckets=None) -> BatchPlan:
+        """The plan of `recipe`'s run.
+
+        Args:
+            recipe: a `bertkit.recipe.Recipe` (its rules were checked when it loaded).
+            compiles_each_shape: whether every new input shape compiles a program (JAX,
+                XLA): then steps pad to the bucket lengths only and packed steps have a
+                few row counts.
+            row_multiple: devices sharing each step (`devices_sharing_a_batch()`).
+            buckets: the bucket lengths, when they come from elsewhere (a features file's).
+        """
+        from bertkit.packing import packed_row_counts
+
+        training = recipe.training
+        buckets = tuple(buckets or bucket_lengths(recipe.backbone.sequence_length,
+                                                  training.bucket_lengths))
+        counts = None
+        if training.packing and compiles_each_shape:
+            counts = packed_row_counts(training.batch_size)
+        return cls(batch_size=training.batch_size, buckets=buckets,
+                   pad_lengths=padding_lengths(buckets, compiles_each_shape),
+                   order=training.batch_order, micro_batches=training.micro_batches,
+                   packing=training.packing, packed_row_counts=counts,
+                   row_multiple=row_multiple, seed=training.seed)
+
+    # ---- what a run trains on
+    def order_strategy(self, lengths: np.ndarray):
+        """Which rows form each step of an epoch, for rows of these token counts."""
+        from bertkit.batching import LengthBuckets, RandomMicroBatches
+
+        if self.order == "random":
+            return RandomMicroBatches(lengths, self.batch_size, self.seed, self.micro_batches,
+                                      self.pad_lengths)
+        return LengthBuckets(lengths, self.batch_size, self.buckets, self.seed)
+
+    def layout(self):
+        """How a step's rows become arrays: padded, or packed."""
+        from bertkit.batching import PackedSteps, PaddedSteps
+
+        if self.packing:
+            return PackedSteps(self.pad_lengths, self.packed_row_counts)
+        return PaddedSteps(self.pad_lengths)
+
+    def training_batches(self, task, features):
+        """The steps of every epoch over `features`, made by `task` (`TrainingBatches`)."""
+        from bertkit.batching import TrainingBatches
+
+        return TrainingBatches(task, features, self)
+
+    def model_to_fit(self, model, backbone):
+        """What `fit` trains: `model`, or with packing the same layers taking packed rows."""
+        return self.layout().model_to_fit(model, backbone)

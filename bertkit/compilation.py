@@ -1,0 +1,107 @@
+"""Compiled programs, paid for once: JAX's persistent compilation cache, and a count of
+what a run compiled.
+
+On JAX every new input shape compiles an XLA program: 20-35 s each for BERT-base on a
+GPU, about half of a short run. Keras leaves JAX's persistent compilation cache off, so
+every run compiles every program again. bertkit turns it on (`training.
+compilation_cache`, default `auto`: `$BERTKIT_COMPILATION_CACHE`, else `xla/` in
+bertkit's cache folder, `~/.cache/bertkit`): a second identical run, every `bertkit
+tune` trial after the first and a resumed run read their programs from disk.
+`CompileCounter` counts the programs a run obtained, how many came from the cache and
+the seconds spent, for `run.json`'s `compilation` entry.
+
+Example:
+    >>> cache_folder("off") is None
+    True
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bertkit.run_dir import user_cache_dir
+
+# JAX's monitoring events (jax._src.dispatch, jax._src.compiler): a program obtained
+# (compiled or read from the cache, with its seconds), and one read from the cache
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+
+
+def cache_folder(setting: str = "auto") -> Path | None:
+    """The folder `setting` (`training.compilation_cache`) names; None: no cache."""
+    if setting == "auto":
+        setting = os.environ.get("BERTKIT_COMPILATION_CACHE", "auto")
+    if setting == "off":
+        return None
+    return user_cache_dir() / "xla" if setting == "auto" else Path(setting).expanduser()
+
+
+def use_compilation_cache(setting: str = "auto") -> Path | None:
+    """Turns JAX's persistent compilation cache on in `setting`'s folder (on JAX only).
+
+    Every program is cached, however fast it compiled: on a CPU the tiny models of
+    the tests compile in well under JAX's default threshold of one second. Call
+    before the first compilation; the first folder a process uses stays its folder.
+    """
+    import keras
+
+    folder = cache_folder(setting)
+    if keras.backend.backend() != "jax" or folder is None:
+        return None
+    import jax
+
+    if jax.config.jax_compilation_cache_dir:  # set by the user, or by an earlier run
+        return Path(jax.config.jax_compilation_cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    return folder
+
+
+class CompileCounter:
+    """Counts the XLA programs JAX obtains while it is entered: compiled, or read from the
+    persistent cache. A no-op on other backends.
+
+    Example:
+        >>> with CompileCounter() as counted:
+        ...     pass
+        >>> counted.record()
+        {'programs': 0, 'from_cache': 0, 'seconds': 0.0}
+    """
+
+    def __init__(self):
+        self.programs, self.from_cache, self.seconds = 0, 0, 0.0
+        self._monitoring = None
+
+    def __enter__(self) -> CompileCounter:
+        import keras
+
+        if keras.backend.backend() == "jax":
+            from jax import monitoring
+
+            monitoring.register_event_duration_secs_listener(self._on_duration)
+            monitoring.register_event_listener(self._on_event)
+            self._monitoring = monitoring
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._monitoring is not None:
+            self._monitoring.unregister_event_duration_listener(self._on_duration)
+            self._monitoring.unregister_event_listener(self._on_event)
+            self._monitoring = None
+
+    def _on_duration(self, event: str, seconds: float, **_) -> None:
+        if event == _BACKEND_COMPILE:
+            self.programs += 1
+            self.seconds += seconds
+
+    def _on_event(self, event: str, **_) -> None:
+        if event == _CACHE_HIT:
+            self.from_cache += 1
+
+    def record(self) -> dict:
+        """`{"programs", "from_cache", "seconds"}`, as `run.json` keeps it."""
+        return {"programs": self.programs, "from_cache": self.from_cache,
+                "seconds": round(self.seconds, 3)}

@@ -1,0 +1,109 @@
+"""A run's data: its task, backbone and featurized rows (`prepare`, the first run step).
+
+`TaskData.read` reads the recipe's files, loads the backbone and featurizes;
+`TaskData.from_file` takes the rows of a features file (`bertkit featurize`) instead.
+The task is made by one factory, `make_task`, with keyword arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bertkit.errors import UserError
+from bertkit.progress import say
+from bertkit.recipe import Recipe
+
+
+@dataclasses.dataclass
+class TaskData:
+    """A run's task, backbone and featurized data, from the files or from a features file.
+
+    `TaskData.read(recipe)` prepares what `finetune` trains on, for tools that time or
+    inspect it (the benchmarks).
+    """
+
+    task: object
+    pretrained: object
+    description: dict
+    train_features: object
+    validation: list | None
+    validation_features: object
+
+    @classmethod
+    def read(cls, recipe: Recipe, state: dict | None = None, phases=None) -> TaskData:
+        """Reads, loads the backbone and featurizes; `phases` (a `Phases`) times each."""
+        from bertkit.backbone import load_pretrained
+        from bertkit.phases import Phases
+
+        phases = phases or Phases()
+        # Reading needs only the options: it runs before the model loads, so data errors
+        # come fast; the task that featurizes is then made complete, tokenizer and state.
+        with phases("read"):
+            reader = make_task(recipe)
+            train = reader.read(recipe.data.train)
+            if not train:
+                raise UserError("no training examples", source=recipe.data.train)
+            if recipe.data.validation:
+                validation = reader.read(recipe.data.validation)
+            else:
+                train, validation = reader.split_validation(train)
+            state = state if state is not None else reader.fit_state(train)
+            labels = state.get("labels") if isinstance(state, dict) else None
+            if labels is not None and len(labels) < 2:
+                raise UserError(f"the training data has only one label ({', '.join(labels)}) "
+                                "and the model would learn nothing; a task needs at least two",
+                                source=recipe.data.train)
+        with phases("load_backbone"):
+            pretrained = cls._backbone(recipe, load_pretrained)
+        with phases("featurize"):
+            task = make_task(recipe, tokenizer=pretrained.tokenizer, state=state)
+            say(f"featurizing {len(train)} training and {len(validation or ())} validation "
+                "examples")
+            validation_features = (task.featurize(validation, training=False) if validation
+                                   else None)
+            train_features = task.featurize(train, training=True)
+        return cls(task, pretrained, description_of(task, recipe), train_features, validation,
+                   validation_features)
+
+    @classmethod
+    def from_file(cls, recipe: Recipe, path) -> TaskData:
+        """The data of a features file written by `featurize` for this recipe."""
+        from bertkit.backbone import load_pretrained
+        from bertkit.feature_file import read_feature_file
+
+        reader = make_task(recipe)
+        stored = read_feature_file(path, example_type=reader.Example)
+        expected = description_of(reader, recipe)
+        for key in ("task", "options", "data", "sequence_length", "bucket_lengths", "state"):
+            if key not in stored.description or (key != "state" and
+                                                 stored.description[key] != expected[key]):
+                raise UserError(f"was made from another recipe ({key} differs); run "
+                                "'bertkit featurize' on this recipe", source=path)
+        pretrained = cls._backbone(recipe, load_pretrained)
+        task = make_task(recipe, tokenizer=pretrained.tokenizer,
+                         state=stored.description["state"])
+        return cls(task, pretrained, stored.description, stored.train,
+                   stored.validation_examples, stored.validation)
+
+    @staticmethod
+    def _backbone(recipe, load_pretrained):
+        say(f"loading the backbone {recipe.backbone.preset}")
+        return load_pretrained(recipe.backbone.preset,
+                               sequence_length=recipe.backbone.sequence_length,
+                               lowercase=recipe.backbone.lowercase, source=recipe.source)
+
+
+def make_task(recipe: Recipe, *, tokenizer=None, state: dict | None = None):
+    """The recipe's task; without a tokenizer it can read files, but not featurize."""
+    return recipe.task_class()(recipe.task_options, recipe.data, tokenizer,
+                               recipe.backbone.sequence_length, state)
+
+
+def description_of(task, recipe: Recipe) -> dict:
+    """What `model/task.json` holds for `recipe`'s run (see `task_description`)."""
+    from bertkit.finetuned import task_description
+    from bertkit.padding import bucket_lengths
+
+    buckets = bucket_lengths(recipe.backbone.sequence_length, recipe.training.bucket_lengths)
+    return task_description(task, recipe.backbone.sequence_length, recipe.training.batch_size,
+                            buckets)

@@ -225,7 +225,8 @@ def _finetune(args):
     model = bertkit.finetune(args.recipe, overrides=args.overrides, output_dir=args.output,
                              overwrite=args.overwrite, features=args.features)
     if writes_run_directory():
-        print(f"run written to {model.run.path} (report.md, model card README.md, saved_model/)")
+        exported = ", saved_model/" if model.run.saved_model_dir.is_dir() else ""
+        print(f"run written to {model.run.path} (report.md, model card README.md{exported})")
 
 
 def _featurize(args):

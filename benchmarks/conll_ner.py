@@ -32,7 +32,7 @@ each batch to its longest row; the padded tokens per sequence are shown. Wall se
 whole `finetune` call for bertkit (load, tokenize, train, dev evaluation per epoch, final dev
 and test evaluation, SavedModel export); the whole subprocess for the reference (interpreter
 and torch import, load, tokenize, train, predict dev and test). Counting bertkit's feature rows (a
-`bertkit.training.featurize` call) is outside both. The two run one after the other; on a
+`bertkit.training.trainer.featurize` call) is outside both. The two run one after the other; on a
 shared machine, `other_cores_busy` (CPUs other processes kept busy during each run, from
 /proc/stat) tells whether a timing was disturbed.
 
@@ -70,7 +70,7 @@ DECODINGS = ("constrained", "argmax")
 
 def bertkit_decodings(run_dir: Path, files: dict) -> dict:
     """`{split}_f1_{decoding}` of the fine-tuned model: one model run, decoded both ways."""
-    from bertkit.inference import predict_rows
+    from bertkit.serving.inference import predict_rows
 
     model = bertkit.load(run_dir)
     task, scores = model.task, {}

@@ -41,8 +41,8 @@ def training_flops_per_sequence(shape: dict, sequence_length: int) -> float:
 def build_model(shape: dict, sequence_length: int):
     import keras_hub
 
-    from bertkit.optimization import make_optimizer
-    from bertkit.recipe import TrainingConfig
+    from bertkit.recipes.recipe import TrainingConfig
+    from bertkit.training.optimization import make_optimizer
 
     backbone = keras_hub.models.BertBackbone(vocabulary_size=30522, max_sequence_length=512,
                                              **shape)

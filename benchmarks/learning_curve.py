@@ -44,7 +44,7 @@ from pathlib import Path
 
 from common import PRESET, REFERENCE, argument_parser, preset_folder, write_first_sentences
 
-from bertkit.recipe import TrainingConfig
+from bertkit.recipes.recipe import TrainingConfig
 
 CONFIGS = {"random+micro4": {"batch_order": "random", "micro_batches": 4},
            "random+packed": {"batch_order": "random", "micro_batches": 1, "packing": True},

@@ -23,9 +23,9 @@ from pathlib import Path
 from common import PRESET
 
 import bertkit
-from bertkit.inference import predict_rows
-from bertkit.recipe import load_recipe
-from bertkit.training import TaskData
+from bertkit.recipes.recipe import load_recipe
+from bertkit.serving.inference import predict_rows
+from bertkit.training.trainer import TaskData
 
 
 def write_corpus(sst2_dir: Path, count: int, per_document: int, path: Path) -> None:

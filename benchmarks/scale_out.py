@@ -30,7 +30,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from common import timed  # noqa: E402
 
-from bertkit.batch_plan import BatchPlan  # noqa: E402
+from bertkit.batching.plan import BatchPlan  # noqa: E402
 from bertkit.padding import bucket_lengths  # noqa: E402
 from bertkit.task import Features  # noqa: E402
 

@@ -38,9 +38,9 @@ def run_keras_hub(args, train_rows, dev_rows):
     import keras_hub
     import tensorflow as tf
 
-    from bertkit.backbone import load_pretrained
-    from bertkit.optimization import make_optimizer
-    from bertkit.recipe import TrainingConfig
+    from bertkit.model.backbone import load_pretrained
+    from bertkit.recipes.recipe import TrainingConfig
+    from bertkit.training.optimization import make_optimizer
 
     keras.utils.set_random_seed(42)
     # keras-hub loads the Hugging Face folder itself (its own converter, tanh GELU).

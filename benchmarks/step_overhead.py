@@ -102,8 +102,8 @@ def bare_jax_loop(steps: int) -> float:
 def keras_fit(steps: int) -> float:
     """Second-epoch seconds of Keras `fit` on in-memory arrays, with bertkit's optimizer
     (AdamW, warmup and decay, clipping: the same device work as `finetune`'s step)."""
-    from bertkit.optimization import make_optimizer
-    from bertkit.recipe import TrainingConfig
+    from bertkit.recipes.recipe import TrainingConfig
+    from bertkit.training.optimization import make_optimizer
 
     model = tiny_model()
     training = TrainingConfig(epochs=2, batch_size=BATCH)

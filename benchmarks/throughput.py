@@ -21,7 +21,7 @@ Systems:
              (verbose 0).
              `finetune` takes no callbacks, so these internals are called directly to time
              each step; its evaluation, checkpoints and export are not part of a step.
-             Inference: `bertkit.inference.predict_rows` on the same features.
+             Inference: `bertkit.serving.inference.predict_rows` on the same features.
   keras-hub  `keras_hub.models.BertTextClassifier` (classification only) from the same folder
              and vocabulary, its preprocessor in tf.data (every row padded to 128), the same
              optimizer, `fit`; inference `predict`.
@@ -83,7 +83,7 @@ import keras  # after common, which sets TensorFlow's environment before TensorF
 import numpy as np
 # isort: on
 
-from bertkit.batching import TrainingBatches
+from bertkit.batching.steps import TrainingBatches
 
 SEQUENCE_LENGTHS = {"classification": 128, "tagging": 128, "qa": 384}
 SUFFIXES = {"classification": ".tsv", "tagging": ".txt", "qa": ".json"}
@@ -96,7 +96,7 @@ TARGETS = {"keras-hub": 1.5, "HF torch": 1.2}  # train bertkit / reference
 def step_record(padding_mask: np.ndarray, seconds: float = 0.0, sequence_index=None) -> dict:
     """A batch's padded shape and real tokens; padding_mask is (batch, width), 1 = token.
 
-    For packed rows (`bertkit.packing`), `sequence_index` tells the sequences of a row
+    For packed rows (`bertkit.batching.packing`), `sequence_index` tells the sequences of a row
     apart: each attends only to itself, so useful attention counts each one's length.
     """
     lengths = np.asarray(padding_mask).sum(axis=1).astype(np.int64)
@@ -203,7 +203,7 @@ class RecordedBatches(TrainingBatches):
 
 def inference_records(task, features, batch_size: int, pad_lengths) -> list[dict]:
     """The padded shape of each batch `predict_rows` makes of `features`."""
-    from bertkit.batching import inference_batches, pad_batch
+    from bertkit.batching.steps import inference_batches, pad_batch
 
     records = []
     for rows in inference_batches(features.lengths(), batch_size):
@@ -225,11 +225,11 @@ def first_rows(features, count: int):
 
 def run_bertkit(recipe: dict, rows: int) -> dict:
     """Fits one epoch over the first `rows` feature rows; records of training and inference."""
-    from bertkit.callbacks import SetEpoch
-    from bertkit.inference import predict_rows
-    from bertkit.optimization import make_optimizer
-    from bertkit.recipe import load_recipe
-    from bertkit.training import TaskData, batch_plan, jit_compile_setting
+    from bertkit.recipes.recipe import load_recipe
+    from bertkit.serving.inference import predict_rows
+    from bertkit.training.callbacks import SetEpoch
+    from bertkit.training.optimization import make_optimizer
+    from bertkit.training.trainer import TaskData, batch_plan, jit_compile_setting
 
     recipe = load_recipe(recipe)
     training = recipe.training
@@ -281,9 +281,9 @@ def keras_hub_classifier(folder: Path, num_classes: int, rows: int, args):
     """BertTextClassifier and its preprocessor from the Hugging Face folder, compiled."""
     import keras_hub
 
-    from bertkit.optimization import make_optimizer
-    from bertkit.recipe import TrainingConfig
-    from bertkit.tokenizer import read_vocabulary
+    from bertkit.model.tokenizer import read_vocabulary
+    from bertkit.recipes.recipe import TrainingConfig
+    from bertkit.training.optimization import make_optimizer
 
     backbone = keras_hub.models.BertBackbone.from_preset(str(folder))
     tokenizer = keras_hub.models.BertTokenizer(

@@ -54,12 +54,12 @@ def train_bertkit(args, checkpoint: Path, train_file: Path, dev_file: Path, out:
     """Fits bertkit's tagger as `finetune` does; writes the batches and head for the replay."""
     import keras
 
-    from bertkit.backbone import load_pretrained
-    from bertkit.callbacks import SetEpoch
-    from bertkit.inference import predict_rows
-    from bertkit.optimization import make_optimizer
-    from bertkit.recipe import load_recipe
-    from bertkit.training import batch_plan
+    from bertkit.model.backbone import load_pretrained
+    from bertkit.recipes.recipe import load_recipe
+    from bertkit.serving.inference import predict_rows
+    from bertkit.training.callbacks import SetEpoch
+    from bertkit.training.optimization import make_optimizer
+    from bertkit.training.trainer import batch_plan
     from bertkit_tasks.tagging.conlleval import evaluate
 
     recipe = load_recipe({

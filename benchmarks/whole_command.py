@@ -208,9 +208,9 @@ def training_flops(recipe: dict) -> tuple[float, float]:
     batches `recipe` on TensorFlow's own kernels."""
     from throughput import flops, model_shape, step_record
 
-    from bertkit.batch_plan import BatchPlan
-    from bertkit.recipe import load_recipe
-    from bertkit.training import TaskData
+    from bertkit.batching.plan import BatchPlan
+    from bertkit.recipes.recipe import load_recipe
+    from bertkit.training.trainer import TaskData
 
     loaded = load_recipe(recipe)
     training, data = loaded.training, TaskData.read(loaded)

@@ -18,7 +18,7 @@ import os
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 from bertkit.errors import UserError  # noqa: E402
-from bertkit.recipe import Recipe, load_recipe  # noqa: E402
+from bertkit.recipes.recipe import Recipe, load_recipe  # noqa: E402
 from bertkit.task import DataFiles, Features, NoOptions, Task, string_inputs  # noqa: E402
 
 __version__ = "0.1.0"
@@ -27,24 +27,27 @@ __all__ = ["DataFiles", "Features", "NoOptions", "Recipe", "Task", "UserError", 
 
 
 def finetune(recipe, **kwargs):
-    """Fine-tunes a recipe; see `bertkit.training.finetune`."""
-    from bertkit.training import finetune as _finetune
+    """Fine-tunes a recipe; see `bertkit.training.trainer.finetune`."""
+    from bertkit.training.trainer import finetune as _finetune
 
     return _finetune(recipe, **kwargs)
 
 
 def tune(recipe, **kwargs):
-    """Hyperparameter search over a recipe's `search:` section; see `bertkit.tuning.tune`."""
-    from bertkit.tuning import tune as _tune
+    """Hyperparameter search over a recipe's `search:` section; see `bertkit.tuning.tuner.tune`."""
+    from bertkit.tuning.tuner import tune as _tune
 
     return _tune(recipe, **kwargs)
 
 
 def load(run_dir):
-    """Loads a fine-tuned model from its run directory; see `bertkit.finetuned.FineTunedModel`."""
+    """Loads a fine-tuned model from its run directory.
+
+    See `bertkit.serving.finetuned.FineTunedModel`.
+    """
     from bertkit.run_dir import RunDirectory
 
     RunDirectory.open(run_dir)  # a wrong path is reported before Keras and TensorFlow load
-    from bertkit.finetuned import FineTunedModel
+    from bertkit.serving.finetuned import FineTunedModel
 
     return FineTunedModel.load(run_dir)

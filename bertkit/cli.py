@@ -185,7 +185,7 @@ def _add_set(sub):
 
 
 def _add_process_options(sub):
-    from bertkit.multi_process import (
+    from bertkit.parallel.multi_process import (
         DEFAULT_HEARTBEAT_TIMEOUT,
         DEFAULT_STARTUP_TIMEOUT,
         STARTUP_TIMEOUT_VARIABLE,
@@ -218,7 +218,7 @@ def _index(text: str) -> int:
 
 def _finetune(args):
     import bertkit
-    from bertkit.multi_process import start_processes, writes_run_directory
+    from bertkit.parallel.multi_process import start_processes, writes_run_directory
 
     start_processes(args.coordinator, args.num_processes, args.process_id,
                     args.heartbeat_timeout, args.startup_timeout)  # before anything is built
@@ -230,25 +230,25 @@ def _finetune(args):
 
 
 def _featurize(args):
-    from bertkit.training import featurize
+    from bertkit.training.trainer import featurize
 
     featurize(args.recipe, args.out, overrides=args.overrides)
 
 
 def _check(args):
-    from bertkit.recipe import check_inputs, load_recipe
+    from bertkit.recipes.recipe import check_inputs, load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides)
     check_inputs(recipe)  # "will this run start?": its files exist
     if recipe.search is not None:
-        from bertkit.tuning import check_search
+        from bertkit.tuning.tuner import check_search
 
         check_search(recipe)  # and will its search: a validation split to score trials on
     print(recipe.to_yaml(), end="")
 
 
 def _schema(args):
-    from bertkit.recipe import recipe_json_schema
+    from bertkit.recipes.recipe import recipe_json_schema
 
     print(json.dumps(recipe_json_schema(), indent=2))
 
@@ -398,7 +398,7 @@ def _finite(value):
 
 
 def _tune(args):
-    from bertkit import tuning
+    from bertkit.tuning import tuner as tuning
 
     place = {"storage": args.storage, "study_name": args.study, "output_dir": args.output,
              "overrides": args.overrides}

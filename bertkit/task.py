@@ -28,7 +28,7 @@ What a task declares, each as a small piece:
 `build_model`          backbone -> Keras model with the head (keras.ops only)
 `packs`                whether training may pack rows (`training.packing`): the
                        head reads per-token outputs or `pooled_output`, and its
-                       loss never spans a row's positions (see `bertkit.packing`)
+                       loss never spans a row's positions (see `bertkit.batching.packing`)
 `initialize_head`      optional: load head weights shipped with the pretrained
                        checkpoint (MLM's pretraining heads)
 `loss`, `metrics`      Keras loss and progress-bar metrics; both get make_batch's
@@ -159,7 +159,7 @@ class Task:
     Args:
         options: an instance of `Options`.
         data: an instance of `Data`.
-        tokenizer: the backbone's `bertkit.tokenizer.WordPieceTokenizer`.
+        tokenizer: the backbone's `bertkit.model.tokenizer.WordPieceTokenizer`.
         sequence_length: longest model input, in word pieces.
         state: what `fit_state` returned at training time (empty before).
     """
@@ -172,7 +172,7 @@ class Task:
     mode: ClassVar[str] = "max"
     # Model outputs with one value per token; `decode` gets them cut to each row's length.
     sequence_outputs: ClassVar[tuple] = ()
-    # Whether `training.packing` may lay several rows into one (see `bertkit.packing`).
+    # Whether `training.packing` may lay several rows into one (see `bertkit.batching.packing`).
     packs: ClassVar[bool] = False
     # The dataclass `read` returns (None: other values): features files store and rebuild
     # validation examples of this type only, so a file cannot name code to run.

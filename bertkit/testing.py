@@ -234,9 +234,9 @@ def run_task_contract_test(task, train_file, *, inputs: list, bad_input, serving
 
 
 def _contract_task(recipe: dict):
-    from bertkit.backbone import load_pretrained
-    from bertkit.recipe import load_recipe
-    from bertkit.task_data import make_task
+    from bertkit.model.backbone import load_pretrained
+    from bertkit.recipes.recipe import load_recipe
+    from bertkit.training.task_data import make_task
 
     loaded = load_recipe(recipe)
     pretrained = load_pretrained(loaded.backbone.preset,

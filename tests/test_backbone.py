@@ -6,8 +6,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from bertkit.backbone import load_architecture, load_pretrained, save_architecture, save_preset
 from bertkit.errors import UserError
+from bertkit.model.backbone import (
+    load_architecture,
+    load_pretrained,
+    save_architecture,
+    save_preset,
+)
 from bertkit.testing import random_bert_state, write_tiny_checkpoint
 from tests.numpy_bert import numpy_bert_forward
 

@@ -4,8 +4,8 @@ import keras
 import numpy as np
 import pytest
 
-from bertkit.batch_plan import BatchPlan
-from bertkit.batching import epoch_batches
+from bertkit.batching.plan import BatchPlan
+from bertkit.batching.steps import epoch_batches
 from bertkit.padding import bucket_lengths, padded_length, padding_lengths
 from bertkit.task import Features
 
@@ -133,7 +133,7 @@ def test_tensorflow_dataset_gives_the_plan_and_leaves_autotuning_off():
 def test_the_batch_made_ahead_is_the_batch_of_its_step(order, micro_batches):
     """`BatchesPyDataset` makes step N + 1 on a thread while step N trains: the same
     batches, in order, epoch after epoch (random draws included)."""
-    from bertkit.batching import BatchesPyDataset
+    from bertkit.batching.steps import BatchesPyDataset
 
     lengths = corpus_lengths(rows=300)
     features = features_of(lengths)

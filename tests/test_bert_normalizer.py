@@ -4,9 +4,9 @@
 import pytest
 import tensorflow as tf
 
-from bertkit.backbone import resolve_preset
-from bertkit.bert_normalizer import BertNormalizer, normalization_table, normalize_character
-from bertkit.tokenizer import WordPieceTokenizer, character_offsets, read_vocabulary
+from bertkit.model.backbone import resolve_preset
+from bertkit.model.bert_normalizer import BertNormalizer, normalization_table, normalize_character
+from bertkit.model.tokenizer import WordPieceTokenizer, character_offsets, read_vocabulary
 
 # Hugging Face's pieces (transformers 5.24 / tokenizers 0.23, all-MiniLM-L6-v2's uncased
 # vocabulary), produced once; tf-text's NFKC casefolding disagreed on most of them.

@@ -17,15 +17,15 @@ import pytest
 import tensorflow as tf
 from safetensors.numpy import load_file, save_file
 
-from bertkit import checkpoints
-from bertkit.checkpoints import (
+from bertkit.errors import UserError
+from bertkit.model import checkpoints
+from bertkit.model.checkpoints import (
     google_checkpoint_to_hf,
     infer_do_lower_case,
     prepare_hf_dir,
     read_torch_bin,
     torch_bin_to_safetensors,
 )
-from bertkit.errors import UserError
 from tests.numpy_bert import gelu, numpy_bert_forward
 
 # keras-hub's BertBackbone uses the tanh GELU, so "gelu_new" makes the comparison exact.

@@ -10,9 +10,9 @@ import sys
 import pytest
 import yaml
 
-from bertkit.compilation import cache_folder
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
-from bertkit.training import featurize
+from bertkit.training.compilation import cache_folder
+from bertkit.training.trainer import featurize
 
 pytest.importorskip("jax", reason="the JAX backend is part of the dev install")
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from bertkit.batch_plan import BatchPlan
+from bertkit.batching.plan import BatchPlan
 from bertkit.padding import fill_rows
 from bertkit.task import Features
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint

@@ -10,7 +10,7 @@ import yaml
 
 from bertkit.errors import UserError
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
-from bertkit.training import featurize
+from bertkit.training.trainer import featurize
 
 pytest.importorskip("jax", reason="the JAX backend is part of the dev install")
 

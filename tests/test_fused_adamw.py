@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bertkit.optimization import NO_DECAY, BertAdamW
+from bertkit.training.optimization import NO_DECAY, BertAdamW
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="the fused kernel is TensorFlow's")

@@ -99,7 +99,7 @@ def test_killed_during_export_the_rerun_trains_no_epoch_again(tmp_path, monkeypa
     import keras
 
     import bertkit
-    from bertkit import run_steps
+    from bertkit.training import run_steps
 
     write_tiny_checkpoint(tmp_path / "ckpt", num_layers=1, hidden_size=16, intermediate_size=32)
     write_sentiment_tsv(tmp_path / "train.tsv", 32, seed=0)
@@ -246,7 +246,7 @@ def test_export_verification_catches_a_saved_model_that_answers_differently(fini
     import tensorflow as tf
 
     import bertkit
-    from bertkit.export import answers, checked_serve, verify_saved_model
+    from bertkit.serving.export import answers, checked_serve, verify_saved_model
 
     saved = finished / "run" / "saved_model"  # finetune exported and verified it
     other = bertkit.load(finished / "run")
@@ -280,7 +280,7 @@ def test_a_yaml_alias_bomb_is_refused_at_once_in_bounded_memory(tmp_path):
     import time
 
     from bertkit.errors import UserError
-    from bertkit.recipe import load_recipe
+    from bertkit.recipes.recipe import load_recipe
 
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text(BILLION_LAUGHS)
@@ -750,7 +750,8 @@ def test_a_disk_full_for_the_weights_is_one_line_and_leaves_no_partial_file(
         finished, tmp_path, monkeypatch, capsys, writer, message):
     import keras
 
-    from bertkit import callbacks, cli
+    from bertkit import cli
+    from bertkit.training import callbacks
 
     def partly(model, path, **kwargs):  # half the file written, then the disk is full
         Path(path).write_bytes(b"\x89HDF" * 1000)

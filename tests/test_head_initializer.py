@@ -3,8 +3,8 @@
 import keras
 import pytest
 
-from bertkit.backbone import load_pretrained
-from bertkit.recipe import load_recipe
+from bertkit.model.backbone import load_pretrained
+from bertkit.recipes.recipe import load_recipe
 from bertkit.testing import write_tiny_checkpoint
 
 HEADS = [  # (recipe task, task state, the head's Dense layers)

@@ -4,13 +4,13 @@ import keras
 import numpy as np
 import pytest
 
-from bertkit.batch_plan import BatchPlan
-from bertkit.batching import normalize_weights, random_batches, split_by_length
+from bertkit.batching.plan import BatchPlan
+from bertkit.batching.steps import normalize_weights, random_batches, split_by_length
 from bertkit.errors import UserError
-from bertkit.optimization import make_optimizer
 from bertkit.padding import bucket_lengths, padded_length
-from bertkit.recipe import TrainingConfig, load_recipe
+from bertkit.recipes.recipe import TrainingConfig, load_recipe
 from bertkit.task import Features
+from bertkit.training.optimization import make_optimizer
 
 BUCKETS = bucket_lengths(128)  # (16, 32, 64, 128)
 

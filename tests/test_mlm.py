@@ -9,10 +9,11 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import bertkit
-from bertkit.backbone import load_architecture, load_pretrained
 from bertkit.errors import UserError
-from bertkit.inference import predict_examples
+from bertkit.model.backbone import load_architecture, load_pretrained
+from bertkit.model.tokenizer import WordPieceTokenizer
 from bertkit.padding import pad_batch
+from bertkit.serving.inference import predict_examples
 from bertkit.task import Features
 from bertkit.testing import (
     run_task_contract_test,
@@ -20,7 +21,6 @@ from bertkit.testing import (
     write_sentiment_tsv,
     write_tiny_checkpoint,
 )
-from bertkit.tokenizer import WordPieceTokenizer
 from bertkit_tasks.mlm import CorpusData, MaskedLMOptions, MaskedLMTask
 
 SENTENCES = ["john visited paris .", "smith works for acme corp .", "the film was very good .",
@@ -222,7 +222,7 @@ def test_instances_and_dynamic_masks_without_next_sentence_prediction(tmp_path):
 
 
 def test_micro_batches_count_every_masked_token_and_pair_once(tmp_path):
-    from bertkit.batch_plan import BatchPlan
+    from bertkit.batching.plan import BatchPlan
     from bertkit.padding import bucket_lengths
 
     task = MaskedLMTask(MaskedLMOptions(), CorpusData("c.txt"),

@@ -125,7 +125,7 @@ def kill_after_first_checkpoint(job: Job, victim: int) -> tuple[float, list]:
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
-    from bertkit.training import featurize
+    from bertkit.training.trainer import featurize
 
     folder = tmp_path_factory.mktemp("multi_process")
     write_tiny_checkpoint(folder / "ckpt")

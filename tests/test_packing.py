@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 import bertkit
-from bertkit.batch_plan import BatchPlan
-from bertkit.distribution import data_parallel_scope
+from bertkit.batching.packing import pack_batch, pack_lengths, packing_width
+from bertkit.batching.plan import BatchPlan
 from bertkit.errors import UserError
-from bertkit.optimization import make_optimizer
-from bertkit.packed_backbone import PositionsById, packed_training_model
-from bertkit.packing import pack_batch, pack_lengths, packing_width
+from bertkit.model.packed_backbone import PositionsById, packed_training_model
 from bertkit.padding import bucket_lengths, pad_batch, padding_lengths
-from bertkit.recipe import TrainingConfig, load_recipe
+from bertkit.recipes.recipe import TrainingConfig, load_recipe
 from bertkit.task import Features
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+from bertkit.training.optimization import make_optimizer
+from bertkit.training.run_steps import device_scope
 
 PAD_LENGTHS = padding_lengths(bucket_lengths(64), compiles_each_shape=False)
 
@@ -210,7 +210,7 @@ def test_packing_is_refused_where_it_cannot_work():
         load_recipe(recipe_with("span_qa", packing=True))
     assert error.value.key == "training.packing"
     assert load_recipe(recipe_with(packing=True)).training.packing
-    training = TrainingConfig(packing=True, distribution="data_parallel")
+    recipe = load_recipe(recipe_with(packing=True, distribution="data_parallel"))
     with pytest.raises(UserError, match="packed batches train on one device") as error:
-        data_parallel_scope(training, "recipe.yaml")
+        device_scope(recipe)
     assert error.value.key == "training.packing"

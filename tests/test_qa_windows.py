@@ -5,7 +5,7 @@ import random
 import numpy as np
 import tensorflow as tf
 
-from bertkit.tokenizer import WordPieceTokenizer
+from bertkit.model.tokenizer import WordPieceTokenizer
 from bertkit_tasks.span_qa.qa_windows import (
     graph_answer_text,
     graph_question_windows,

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from bertkit.errors import UserError
-from bertkit.recipe import load_recipe, recipe_json_schema
+from bertkit.recipes.recipe import load_recipe, recipe_json_schema
 
 
 def write(tmp_path, text, name="r.yaml"):

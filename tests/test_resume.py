@@ -83,7 +83,7 @@ def kill_9_mid_epoch_then_resume(tmp_path, training=None, **popen):
 def test_checkpoint_files_are_replaced_whole(tmp_path, monkeypatch):
     import keras
 
-    from bertkit.callbacks import save_weights_atomically
+    from bertkit.training.callbacks import save_weights_atomically
 
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     target = tmp_path / "model.weights.h5"
@@ -103,7 +103,7 @@ def test_checkpoint_files_are_replaced_whole(tmp_path, monkeypatch):
 def test_backup_weights_and_epoch_are_committed_together(tmp_path, monkeypatch):
     import keras
 
-    from bertkit import callbacks
+    from bertkit.training.trainer import callbacks
 
     def model():
         keras.utils.set_random_seed(0)
@@ -150,7 +150,7 @@ def test_backup_weights_and_epoch_are_committed_together(tmp_path, monkeypatch):
 def test_the_last_epoch_is_not_backed_up(tmp_path):
     import keras
 
-    from bertkit import callbacks
+    from bertkit.training.trainer import callbacks
 
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")

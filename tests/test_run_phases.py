@@ -7,10 +7,10 @@ import pytest
 import tensorflow as tf
 
 import bertkit
-import bertkit.inference
-from bertkit.phases import Phases
+import bertkit.serving.inference
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
-from bertkit.validation import ValidationSplit
+from bertkit.training.phases import Phases
+from bertkit.training.validation import ValidationSplit
 
 EPOCHS = 3
 
@@ -20,13 +20,13 @@ def test_final_metrics_are_the_best_epochs_without_evaluating_again(tmp_path, mo
     write_sentiment_tsv(tmp_path / "train.tsv", 96, seed=0)
     write_sentiment_tsv(tmp_path / "dev.tsv", 40, seed=1)
     calls = []
-    predict_rows = bertkit.inference.predict_rows
+    predict_rows = bertkit.serving.inference.predict_rows
 
     def counted(task, model, features, *args):
         calls.append(len(features))
         return predict_rows(task, model, features, *args)
 
-    monkeypatch.setattr(bertkit.inference, "predict_rows", counted)
+    monkeypatch.setattr(bertkit.serving.inference, "predict_rows", counted)
     recipe = {"schema": 1, "task": "classification",
               "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
               "data": {"train": str(tmp_path / "train.tsv"),

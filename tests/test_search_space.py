@@ -8,7 +8,7 @@ import pytest
 
 from bertkit import cli
 from bertkit.errors import UserError
-from bertkit.recipe import load_recipe, recipe_json_schema
+from bertkit.recipes.recipe import load_recipe, recipe_json_schema
 
 RECIPE = """
     schema: 1

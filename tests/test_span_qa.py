@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 import bertkit
-from bertkit.recipe import load_recipe
+from bertkit.model.tokenizer import WordPieceTokenizer
+from bertkit.recipes.recipe import load_recipe
 from bertkit.testing import (
     FILLER,
     POSITIVE,
@@ -19,7 +20,6 @@ from bertkit.testing import (
     tiny_vocabulary,
     write_tiny_checkpoint,
 )
-from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.windows import batch_sliding_windows, sliding_windows
 from bertkit_tasks.span_qa import SpanQAOptions, SpanQATask
 from bertkit_tasks.span_qa.span_decoding import (

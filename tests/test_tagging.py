@@ -12,9 +12,9 @@ import tensorflow as tf
 
 import bertkit
 from bertkit.errors import UserError
-from bertkit.inference import predict_examples
+from bertkit.model.tokenizer import WordPieceTokenizer
+from bertkit.serving.inference import predict_examples
 from bertkit.testing import run_task_contract_test, tiny_vocabulary, write_tiny_checkpoint
-from bertkit.tokenizer import WordPieceTokenizer
 from bertkit.windows import windowed_rows
 from bertkit_tasks.tagging import TaggingData, TaggingOptions, TaggingTask
 

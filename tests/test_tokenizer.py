@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import bertkit.tokenizer
+import bertkit.model.tokenizer
 from bertkit.errors import UserError
-from bertkit.tokenizer import (
+from bertkit.model.tokenizer import (
     WordPieceTokenizer,
     batch_substrings,
     character_offsets,
@@ -127,7 +127,7 @@ def test_character_offsets_numpy_and_graph_agree():
 
 
 def test_tokenize_in_chunks_keeps_order(monkeypatch):
-    monkeypatch.setattr(bertkit.tokenizer, "_CHUNK", 2)
+    monkeypatch.setattr(bertkit.model.tokenizer, "_CHUNK", 2)
     tokenizer = WordPieceTokenizer(VOCAB, lowercase=True)
     texts = ["good", "", "the film", "a b c", "films"]
     rows = tokenize_in_chunks(tokenizer.tokenize, texts)

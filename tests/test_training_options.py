@@ -8,9 +8,9 @@ import pytest
 
 import bertkit
 from bertkit.errors import UserError
-from bertkit.optimization import BertAdamW, make_optimizer
-from bertkit.recipe import TrainingConfig
+from bertkit.recipes.recipe import TrainingConfig
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+from bertkit.training.optimization import BertAdamW, make_optimizer
 
 
 def recipe(tmp_path, **training):

@@ -20,10 +20,11 @@ import optuna
 import pytest
 import yaml
 
-from bertkit import cli, tuning
+from bertkit import cli
 from bertkit.errors import UserError
 from bertkit.run_dir import RunDirectory
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+from bertkit.tuning import tuner as tuning
 
 TRIALS = 4
 
@@ -193,7 +194,7 @@ class ScriptedTrial:
 
 @pytest.mark.parametrize("epoch, stops", [(0, True), (1, False)])
 def test_the_last_epoch_is_reported_but_never_pruned(epoch, stops):
-    from bertkit.callbacks import ReportToTrial
+    from bertkit.training.callbacks import ReportToTrial
 
     trial = ScriptedTrial()
     callback = ReportToTrial(trial, "val_accuracy")

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from bertkit.errors import UserError
-from bertkit.feature_file import read_feature_file
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
-from bertkit.training import featurize
+from bertkit.training.feature_file import read_feature_file
+from bertkit.training.trainer import featurize
 from bertkit_tasks.classification.task import TextExample
 from bertkit_tasks.mlm.task import Document
 

@@ -78,7 +78,7 @@ class Block:
         if name.partition(".")[0] in ("tensorflow", "tensorflow_text", "keras"):
             raise ImportError(name)
 sys.meta_path.insert(0, Block())
-import bertkit.tokenizer, bertkit.windows
+import bertkit.model.tokenizer, bertkit.windows
 print(bertkit.windows.word_windows(__import__("numpy").array([0, 2, 3]), 2, 1))
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

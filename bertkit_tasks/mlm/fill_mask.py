@@ -13,7 +13,7 @@ def encode_queries(tokenizer, texts, sequence_length: int):
 
     Example:
         >>> import tensorflow as tf
-        >>> from bertkit.tokenizer import WordPieceTokenizer
+        >>> from bertkit.model.tokenizer import WordPieceTokenizer
         >>> tokenizer = WordPieceTokenizer(
         ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "film", "##s", "!"],
         ...     lowercase=True)

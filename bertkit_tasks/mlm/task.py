@@ -17,8 +17,8 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.model.tokenizer import split_rows, tokenize_in_chunks
 from bertkit.task import DataFiles, Features, Task, head_initializer, string_inputs
-from bertkit.tokenizer import split_rows, tokenize_in_chunks
 from bertkit_tasks.mlm.fill_mask import encode_queries, mask_positions
 from bertkit_tasks.mlm.masking import (
     default_max_predictions,
@@ -302,7 +302,7 @@ class MaskedLMTask(Task):
 
     def write_artifacts(self, backbone, directory):
         """Saves the adapted backbone as a keras-hub preset, `<run>/backbone`."""
-        from bertkit.backbone import gelu_exact, save_preset
+        from bertkit.model.backbone import gelu_exact, save_preset
 
         exact = backbone.transformer_layers[0].activation is gelu_exact
         directory = save_preset(backbone, self.tokenizer, "gelu" if exact else "gelu_tanh",

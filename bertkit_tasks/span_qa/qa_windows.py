@@ -74,7 +74,7 @@ def graph_question_windows(tokenizer, questions, pieces, sequence_length: int,
     """`question_window_rows` in TensorFlow ops, for a batch of questions and contexts.
 
     Args:
-        tokenizer: a `bertkit.tokenizer.WordPieceTokenizer`.
+        tokenizer: a `bertkit.model.tokenizer.WordPieceTokenizer`.
         questions: (batch, (pieces)) question piece ids, already cut.
         pieces: (batch, (pieces)) context piece ids.
         sequence_length: the longest row.
@@ -89,7 +89,7 @@ def graph_question_windows(tokenizer, questions, pieces, sequence_length: int,
 
     Example:
         >>> import tensorflow as tf
-        >>> from bertkit.tokenizer import WordPieceTokenizer
+        >>> from bertkit.model.tokenizer import WordPieceTokenizer
         >>> tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], True)
         >>> rows = graph_question_windows(tokenizer, tf.ragged.constant([[7]], tf.int64),
         ...     tf.ragged.constant([[10, 11, 12, 13, 14]], tf.int64), 7, doc_stride=2)
@@ -128,7 +128,7 @@ def graph_answer_text(contexts, byte_starts, byte_ends, windows: dict, window, s
 
     Example:
         >>> import tensorflow as tf
-        >>> from bertkit.tokenizer import WordPieceTokenizer
+        >>> from bertkit.model.tokenizer import WordPieceTokenizer
         >>> tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], True)
         >>> windows = graph_question_windows(tokenizer, tf.ragged.constant([[7]], tf.int64),
         ...     tf.ragged.constant([[10, 11, 12]], tf.int64), 16, doc_stride=8)
@@ -141,7 +141,7 @@ def graph_answer_text(contexts, byte_starts, byte_ends, windows: dict, window, s
     """
     import tensorflow as tf
 
-    from bertkit.tokenizer import batch_substrings
+    from bertkit.model.tokenizer import batch_substrings
 
     question_pieces = tf.gather(windows["questions"].row_lengths(), window)
     # the context piece that position 0 would hold: [CLS] question [SEP] come first

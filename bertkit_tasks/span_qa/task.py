@@ -103,7 +103,7 @@ class SpanQATask(Task):
 
     def featurize(self, examples, training):
         """One row per window; targets are the answer's tokens in it, else [CLS] (0)."""
-        from bertkit.tokenizer import character_offsets, tokenize_in_chunks
+        from bertkit.model.tokenizer import character_offsets, tokenize_in_chunks
         from bertkit_tasks.span_qa.qa_windows import question_window_rows
         from bertkit_tasks.span_qa.span_decoding import answer_tokens
 

@@ -253,7 +253,7 @@ def graph_entities(texts, byte_starts, byte_ends, word_logits, labels: list[str]
         >>> found["entity_text"].numpy().tolist(), found["entity_start"].numpy().tolist()
         ([[b'Ann', b'Bob']], [[0, 8]])
     """
-    from bertkit.tokenizer import batch_substrings
+    from bertkit.model.tokenizer import batch_substrings
 
     probabilities = tf.nn.softmax(tf.cast(word_logits, tf.float32))  # (words, num_labels)
     tag_ids = choose_tags(byte_starts.with_values(probabilities), allowed)  # (batch, (words))

@@ -16,7 +16,7 @@ def sentence_word_pieces(tokenizer, examples, max_pieces: int | None = None) -> 
     """Per example: (piece ids (flat), pieces per word, character offsets or None).
 
     Args:
-        tokenizer: a `bertkit.tokenizer.WordPieceTokenizer`.
+        tokenizer: a `bertkit.model.tokenizer.WordPieceTokenizer`.
         examples: objects with `words` (a list of strings) or `text` (a string; a
             `text` that is not None wins).
         max_pieces: keep at most this many pieces of a word (see
@@ -27,7 +27,7 @@ def sentence_word_pieces(tokenizer, examples, max_pieces: int | None = None) -> 
 
     Example:
         >>> from types import SimpleNamespace
-        >>> from bertkit.tokenizer import WordPieceTokenizer
+        >>> from bertkit.model.tokenizer import WordPieceTokenizer
         >>> tokenizer = WordPieceTokenizer(
         ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "new", "york", "##er", "."], True)
         >>> (ids, lengths, chars), (_, _, offsets) = sentence_word_pieces(tokenizer, [
@@ -39,7 +39,7 @@ def sentence_word_pieces(tokenizer, examples, max_pieces: int | None = None) -> 
     """
     import tensorflow as tf
 
-    from bertkit.tokenizer import character_offsets, in_chunks, split_rows, split_word_rows
+    from bertkit.model.tokenizer import character_offsets, in_chunks, split_rows, split_word_rows
 
     results = [None] * len(examples)
     texts = [i for i, e in enumerate(examples) if getattr(e, "text", None) is not None]

@@ -9,17 +9,17 @@ import sys
 import time
 from pathlib import Path
 
-from bertkit import run_steps
 from bertkit.errors import UserError
-from bertkit.recipe import Recipe, check_inputs, load_recipe
+from bertkit.recipes.recipe import Recipe, check_inputs, load_recipe
 from bertkit.run_dir import RunDirectory, read_json
-from bertkit.run_steps import (  # noqa: F401 (public here too: the benchmarks import them)
+from bertkit.training import run_steps
+from bertkit.training.run_steps import (  # noqa: F401 (public here too: the benchmarks import them)
     FitSettings,
     batch_plan,
     jit_compile_setting,
     log_every,
 )
-from bertkit.task_data import TaskData
+from bertkit.training.task_data import TaskData
 
 
 def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None,
@@ -44,8 +44,8 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
     called again with the same recipe and output directory.
 
     Called in every process of a multi-process job (after `keras.distribution.
-    initialize` or `bertkit.multi_process.start_processes`), the processes train
-    together; process 0 alone writes the run directory (see `bertkit.multi_process`).
+    initialize` or `bertkit.parallel.multi_process.start_processes`), the processes train
+    together; process 0 alone writes the run directory (see `bertkit.parallel.multi_process`).
 
     Example:
         >>> import bertkit
@@ -54,12 +54,12 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         >>> model.predict(["What a delight."])[0]["label"]  # doctest: +SKIP
         'positive'
     """
-    from bertkit.multi_process import (
+    from bertkit.parallel.multi_process import (
         process_zero_decides,
         quiet_unless_writer,
         writes_run_directory,
     )
-    from bertkit.phases import Phases
+    from bertkit.training.phases import Phases
 
     phases = Phases()
     with phases("recipe"):
@@ -104,7 +104,7 @@ def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
     installed (for example JAX on a GPU machine). Default path:
     `<output_dir>.features.npz`.
     """
-    from bertkit.feature_file import keeps_validation, write_feature_file
+    from bertkit.training.feature_file import keeps_validation, write_feature_file
 
     recipe = _as_recipe(recipe, overrides, sections, None)
     data = TaskData.read(recipe)
@@ -131,15 +131,15 @@ def _as_recipe(recipe, overrides, sections, output_dir) -> Recipe:
 
 
 class _Trainer:
-    """One run, top to bottom, over the public steps of `bertkit.run_steps`:
+    """One run, top to bottom, over the public steps of `bertkit.training.run_steps`:
     prepare -> build -> fit -> finish.
 
-    Each step's wall seconds go to `run.json` under `phases` (see `bertkit.phases`).
+    Each step's wall seconds go to `run.json` under `phases` (see `bertkit.training.phases`).
     """
 
     def __init__(self, recipe: Recipe, run: RunDirectory, resuming: bool, verbose, features,
                  phases, callbacks=None):
-        from bertkit.multi_process import writes_run_directory
+        from bertkit.parallel.multi_process import writes_run_directory
 
         self.recipe, self.phases, self.features_file = recipe, phases, features
         self.settings = FitSettings(
@@ -149,15 +149,14 @@ class _Trainer:
     def execute(self):
         import keras
 
-        from bertkit.compilation import CompileCounter, use_compilation_cache
-        from bertkit.distribution import data_parallel_scope
+        from bertkit.training.compilation import CompileCounter, use_compilation_cache
 
         policy = keras.config.dtype_policy()
         try:
             if self.recipe.training.mixed_precision:
                 keras.config.set_dtype_policy(f"mixed_{self.recipe.training.mixed_precision}")
             use_compilation_cache(self.recipe.training.compilation_cache)
-            with data_parallel_scope(self.recipe.training, self.recipe.source), \
+            with run_steps.device_scope(self.recipe), \
                     CompileCounter() as self.compiled:
                 return self._train()
         finally:
@@ -166,7 +165,7 @@ class _Trainer:
     def _train(self):
         import keras
 
-        from bertkit.backbone import save_architecture
+        from bertkit.model.backbone import save_architecture
 
         started, recipe, phases = time.time(), self.recipe, self.phases
         run, settings = self.settings.run, self.settings

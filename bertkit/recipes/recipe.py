@@ -25,13 +25,13 @@ from typing import Literal
 
 import yaml
 
-from bertkit import schema
-from bertkit.batch_plan import BatchPlan
+from bertkit.batching.plan import BatchPlan
 from bertkit.errors import UserError
+from bertkit.recipes import schema
+from bertkit.recipes.search_space import SearchSpace, parse_search
+from bertkit.recipes.search_space import json_schema as search_json_schema
+from bertkit.recipes.yaml_source import load_yaml, parse_scalar
 from bertkit.registry import load_task, task_names
-from bertkit.search_space import SearchSpace, parse_search
-from bertkit.search_space import json_schema as search_json_schema
-from bertkit.yaml_source import load_yaml, parse_scalar
 
 SCHEMA_VERSION = 1
 _field = dataclasses.field
@@ -305,7 +305,7 @@ def check_inputs(recipe: Recipe, *, data_files: bool = True) -> None:
 def _check_preset(preset: str, origin, path: tuple) -> None:
     """A local or `package:` preset is a folder (keras-hub's named presets are checked
     when the backbone loads: listing them imports Keras)."""
-    from bertkit.backbone import resolve_preset
+    from bertkit.model.backbone import resolve_preset
 
     try:
         folder = resolve_preset(preset)

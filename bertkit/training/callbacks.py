@@ -200,7 +200,7 @@ def save_weights_atomically(model, path, *, with_optimizer: bool = True) -> None
     checked first, because HDF5 does not fail cleanly when a write fails (it prints each
     failed write and can crash the process as it closes the file).
     """
-    from bertkit.multi_process import outside_distribution
+    from bertkit.parallel.multi_process import outside_distribution
 
     path = Path(path)
     temporary = path.with_name(".partial." + path.name)  # Keras wants the .weights.h5 suffix
@@ -348,7 +348,7 @@ def learning_rate_at(optimizer):
     schedule its private count of steps, which a resumed run restores); another schedule
     is called on the step; a fixed rate is read once.
     """
-    from bertkit.optimization import WarmupLinearDecay
+    from bertkit.training.optimization import WarmupLinearDecay
 
     schedule = getattr(optimizer, "_learning_rate", None)
     if isinstance(schedule, WarmupLinearDecay):

@@ -3,7 +3,8 @@
 `training.distribution` picks it: `auto` spreads each batch over the
 devices when there are several (the accelerators, else the CPU devices:
 normally one a process; on JAX those of all the processes of a multi-process
-job, see `bertkit.multi_process`), `data_parallel` (`mirrored` is its TensorFlow name) always,
+job, see `bertkit.parallel.multi_process`), `data_parallel` (`mirrored` is its
+TensorFlow name) always,
 even over one device, `one_device` never. On JAX that is
 `keras.distribution.DataParallel` (variables replicated, each batch sharded on
 its first axis, gradients reduced by XLA), on TensorFlow
@@ -12,14 +13,13 @@ its first axis, gradients reduced by XLA), on TensorFlow
 `batch_size` stays the global batch: each of N devices gets `batch_size / N`
 rows. A batch whose row count does not divide by N (the last one of an epoch,
 a micro-batch, an inference batch) gets filler rows of weight 0, see
-`bertkit.batching`.
+`bertkit.batching.steps`.
 """
 
 from __future__ import annotations
 
 import contextlib
 
-from bertkit.batch_plan import BatchPlan
 from bertkit.errors import UserError
 
 
@@ -36,15 +36,16 @@ def devices_sharing_a_batch() -> int:
     return int(mesh.shape[mesh.axis_names.index(distribution.batch_dim_name)])
 
 
-def data_parallel_scope(training, source: str | None = None):
-    """The context to build and train a run's model in, for `training.distribution`.
+def data_parallel_devices(training, source: str | None = None) -> list[str] | None:
+    """The devices `training.distribution` spreads each batch over, or None for one device.
 
-    Raises a `UserError` naming the key when the batch options do not hold over the
-    devices (`BatchPlan.check_devices`).
+    Raises a `UserError` naming the key when a multi-process job is asked to train on one
+    device. The batch options are checked against the devices by the caller
+    (`bertkit.batching.plan.BatchPlan.check_devices`).
     """
     import keras
 
-    from bertkit.multi_process import check_tensorflow_config, process_count
+    from bertkit.parallel.multi_process import check_tensorflow_config, process_count
 
     if keras.backend.backend() == "tensorflow":
         check_tensorflow_config()  # before tf.distribute reads it
@@ -54,8 +55,17 @@ def data_parallel_scope(training, source: str | None = None):
         raise UserError(f"cannot train on one device in a job of {process_count()} processes; "
                         "use auto or data_parallel", source=source, key="training.distribution")
     if kind == "one_device" or (kind == "auto" and len(devices) < 2):
+        return None
+    return devices
+
+
+def data_parallel_scope(devices: list[str] | None):
+    """The context to build and train a run's model in: data parallel over `devices`
+    (from `data_parallel_devices`), or nothing for one device."""
+    import keras
+
+    if not devices:
         return contextlib.nullcontext()
-    BatchPlan.check_devices(training, len(devices), keras.backend.backend(), source)
     if keras.backend.backend() == "jax":
         # Each process feeds its own share of every batch (bertkit.batching), already
         # split: Keras's sharding of a tf.data input across processes is not wanted.
@@ -69,7 +79,7 @@ def data_parallel_scope(training, source: str | None = None):
 def batch_devices(backend: str) -> list[str]:
     """The devices a batch can be spread over: the accelerators, else the CPU devices (one
     a process, unless XLA or TensorFlow was told to show the CPU as several). On JAX, those
-    of every process of a multi-process job (see `bertkit.multi_process`)."""
+    of every process of a multi-process job (see `bertkit.parallel.multi_process`)."""
     if backend == "jax":
         import jax
 

@@ -1,10 +1,10 @@
 """A fine-tuning run as public, named steps: prepare -> build -> fit -> finish.
 
-`bertkit.finetune` is a short script over these steps (`bertkit.training`), and so is
+`bertkit.finetune` is a short script over these steps (`bertkit.training.trainer`), and so is
 any tool that needs part of a run as `finetune` makes it: the benchmarks time `build`'s
 compiled model on `prepare`'s data instead of copying how it is made.
 
-- `prepare` (`bertkit.task_data.TaskData`): the task, the backbone and the featurized
+- `prepare` (`bertkit.training.task_data.TaskData`): the task, the backbone and the featurized
   data, from the data files or a features file.
 - `build`: the batch plan and its batches, the task's model with its head, the model
   `fit` trains (compiled, optimizer built) and the validation split.
@@ -14,7 +14,7 @@ compiled model on `prepare`'s data instead of copying how it is made.
 Example (a tiny random backbone and generated data; 32 rows in batches of 8):
     >>> import tempfile
     >>> from pathlib import Path
-    >>> from bertkit.recipe import load_recipe
+    >>> from bertkit.recipes.recipe import load_recipe
     >>> from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
     >>> folder = Path(tempfile.mkdtemp())
     >>> _ = write_tiny_checkpoint(folder / "tiny")
@@ -37,17 +37,17 @@ import shutil
 import sys
 import time
 
-from bertkit.recipe import Recipe
+from bertkit.recipes.recipe import Recipe
 from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json, write_json
-from bertkit.task_data import TaskData
+from bertkit.training.task_data import TaskData
 
 
-# ---- prepare: `TaskData` (bertkit.task_data)
+# ---- prepare: `TaskData` (bertkit.training.task_data)
 def prepare(recipe: Recipe, *, features=None, state: dict | None = None,
             phases=None) -> TaskData:
     """Step 1: the task, backbone and featurized data, from the data files or `features`."""
     if features:
-        from bertkit.phases import Phases
+        from bertkit.training.phases import Phases
 
         with (phases or Phases())("read"):
             return TaskData.from_file(recipe, features)
@@ -60,19 +60,19 @@ class BuiltRun:
     """What `build` makes: the model and batches of a run, ready for `fit`."""
 
     data: TaskData
-    plan: object  # bertkit.batch_plan.BatchPlan
-    batches: object  # bertkit.batching.TrainingBatches
+    plan: object  # bertkit.batching.plan.BatchPlan
+    batches: object  # bertkit.batching.steps.TrainingBatches
     model: object  # the task's model: evaluation, best weights, export
     trained: object  # what `fit` trains: `model`, or its packed form; compiled
-    validation: object  # bertkit.validation.ValidationSplit, or None
+    validation: object  # bertkit.training.validation.ValidationSplit, or None
 
 
 def build(recipe: Recipe, data: TaskData, *, phases=None) -> BuiltRun:
     """Step 2: batch plan and batches, the model with its head, compiled, and the
     validation split (timed as `build_model`)."""
-    from bertkit.optimization import make_optimizer
-    from bertkit.phases import Phases
-    from bertkit.validation import ValidationSplit
+    from bertkit.training.optimization import make_optimizer
+    from bertkit.training.phases import Phases
+    from bertkit.training.validation import ValidationSplit
 
     training, phases = recipe.training, phases or Phases()
     task = data.task
@@ -102,13 +102,30 @@ def batch_plan(recipe: Recipe, buckets=None):
     """The `BatchPlan` of `recipe`'s run on this backend and these devices."""
     import keras
 
-    from bertkit.batch_plan import BatchPlan
-    from bertkit.distribution import devices_sharing_a_batch
+    from bertkit.batching.plan import BatchPlan
+    from bertkit.parallel.distribution import devices_sharing_a_batch
 
     compiles = bool(jit_compile_setting(recipe.training.jit_compile))
     return BatchPlan.from_recipe(
         recipe, compiles_each_shape=compiles or keras.backend.backend() == "jax",
         row_multiple=devices_sharing_a_batch(), buckets=buckets)
+
+
+def device_scope(recipe: Recipe):
+    """The context `recipe`'s model is built and trained in (`training.distribution`).
+
+    Raises a `UserError` naming the key when the batch options do not hold over the devices.
+    """
+    import keras
+
+    from bertkit.batching.plan import BatchPlan
+    from bertkit.parallel.distribution import data_parallel_devices, data_parallel_scope
+
+    devices = data_parallel_devices(recipe.training, recipe.source)
+    if devices:
+        BatchPlan.check_devices(recipe.training, len(devices), keras.backend.backend(),
+                                recipe.source)
+    return data_parallel_scope(devices)
 
 
 def jit_compile_setting(setting):
@@ -140,7 +157,7 @@ def fit(built: BuiltRun, recipe: Recipe, settings: FitSettings,
         phases) -> tuple[list[dict], int | None]:
     """Step 3: Keras `fit` of `built.trained` with the run's callbacks; the history and
     the best epoch. Evaluation and the best weights use `built.model`."""
-    from bertkit.multi_process import wait_for_all
+    from bertkit.parallel.multi_process import wait_for_all
 
     run = settings.run
     if settings.resuming and read_json(run.run_file).get("trained"):
@@ -168,7 +185,8 @@ def fit(built: BuiltRun, recipe: Recipe, settings: FitSettings,
 def fit_callbacks(built: BuiltRun, recipe: Recipe, settings: FitSettings, phases,
                   history: list) -> tuple[list, object]:
     """The callbacks of a run's `fit`, in order, and its `TrackRun` (best epoch)."""
-    from bertkit.callbacks import (
+    from bertkit.serving.export import tensorflow_available
+    from bertkit.training.callbacks import (
         AtomicBackupAndRestore,
         Evaluate,
         RecordSteps,
@@ -179,7 +197,6 @@ def fit_callbacks(built: BuiltRun, recipe: Recipe, settings: FitSettings, phases
         TrackRun,
         TrainingProgress,
     )
-    from bertkit.export import tensorflow_available
 
     training, run, writes = recipe.training, settings.run, settings.writes
     task, validation, steps = built.data.task, built.validation, len(built.batches)
@@ -218,8 +235,8 @@ def finish(built: BuiltRun, recipe: Recipe, settings: FitSettings, phases, *,
     """Step 4: the best weights, calibrated on validation; test metrics; then (in the
     writing process) metrics, report, the task's artifacts and the SavedModel.
     `compiled` (a `CompileCounter`) goes to `run.json`. Returns the `FineTunedModel`."""
-    from bertkit.callbacks import load_model_weights
-    from bertkit.finetuned import FineTunedModel
+    from bertkit.serving.finetuned import FineTunedModel
+    from bertkit.training.callbacks import load_model_weights
 
     run, model, validation = settings.run, built.model, built.validation
     description, predictions = built.data.description, None
@@ -297,7 +314,7 @@ def export_run(run: RunDirectory, finetuned) -> None:
     after a JAX run, or a note on stderr where TensorFlow is not installed."""
     import keras
 
-    from bertkit.export import export_in_tensorflow_process, tensorflow_available
+    from bertkit.serving.export import export_in_tensorflow_process, tensorflow_available
 
     on_tensorflow = keras.backend.backend() == "tensorflow"
     if not on_tensorflow and not tensorflow_available():

@@ -11,7 +11,7 @@ import dataclasses
 
 from bertkit.errors import UserError
 from bertkit.progress import say
-from bertkit.recipe import Recipe
+from bertkit.recipes.recipe import Recipe
 
 
 @dataclasses.dataclass
@@ -32,8 +32,8 @@ class TaskData:
     @classmethod
     def read(cls, recipe: Recipe, state: dict | None = None, phases=None) -> TaskData:
         """Reads, loads the backbone and featurizes; `phases` (a `Phases`) times each."""
-        from bertkit.backbone import load_pretrained
-        from bertkit.phases import Phases
+        from bertkit.model.backbone import load_pretrained
+        from bertkit.training.phases import Phases
 
         phases = phases or Phases()
         # Reading needs only the options: it runs before the model loads, so data errors
@@ -68,8 +68,8 @@ class TaskData:
     @classmethod
     def from_file(cls, recipe: Recipe, path) -> TaskData:
         """The data of a features file written by `featurize` for this recipe."""
-        from bertkit.backbone import load_pretrained
-        from bertkit.feature_file import read_feature_file
+        from bertkit.model.backbone import load_pretrained
+        from bertkit.training.feature_file import read_feature_file
 
         reader = make_task(recipe)
         stored = read_feature_file(path, example_type=reader.Example)
@@ -105,8 +105,8 @@ def make_task(recipe: Recipe, *, tokenizer=None, state: dict | None = None):
 
 def description_of(task, recipe: Recipe) -> dict:
     """What `model/task.json` holds for `recipe`'s run (see `task_description`)."""
-    from bertkit.finetuned import task_description
     from bertkit.padding import bucket_lengths
+    from bertkit.serving.finetuned import task_description
 
     buckets = bucket_lengths(recipe.backbone.sequence_length, recipe.training.bucket_lengths)
     return task_description(task, recipe.backbone.sequence_length, recipe.training.batch_size,

@@ -91,7 +91,7 @@ class WordPieceTokenizer:
     @cached_property
     def normalizer(self):
         """BERT's normalization (a `tf.Module`, tracked by SavedModel export)."""
-        from bertkit.bert_normalizer import BertNormalizer
+        from bertkit.model.bert_normalizer import BertNormalizer
 
         return BertNormalizer(self.lowercase)
 

@@ -9,7 +9,7 @@ The plan then hands out what a run trains on: `training_batches` (the steps of e
 epoch) and `model_to_fit` (the task's model, or the same layers taking packed rows).
 
 Each way of making batches is a small strategy class (as spaCy's batchers are): an
-order decides which rows form each step (`bertkit.batching.LengthBuckets`,
+order decides which rows form each step (`bertkit.batching.steps.LengthBuckets`,
 `RandomMicroBatches`), a layout turns a step's rows into arrays (`PaddedSteps`,
 `PackedSteps`). The training loop never learns how batches are made.
 
@@ -41,7 +41,7 @@ class BatchPlan:
             `bertkit.padding.padding_lengths`).
         order: `length_buckets` or `random`.
         micro_batches: steps each batch is split into (gradients accumulated).
-        packing: steps packed into long rows (`bertkit.packing`).
+        packing: steps packed into long rows (`bertkit.batching.packing`).
         packed_row_counts: numbers of packed rows a step may have (None: any).
         row_multiple: devices sharing each step (a step's rows are a multiple of it).
         seed: the data order's seed.
@@ -104,14 +104,14 @@ class BatchPlan:
         """The plan of `recipe`'s run.
 
         Args:
-            recipe: a `bertkit.recipe.Recipe` (its rules were checked when it loaded).
+            recipe: a `bertkit.recipes.recipe.Recipe` (its rules were checked when it loaded).
             compiles_each_shape: whether every new input shape compiles a program (JAX,
                 XLA): then steps pad to the bucket lengths only and packed steps have a
                 few row counts.
             row_multiple: devices sharing each step (`devices_sharing_a_batch()`).
             buckets: the bucket lengths, when they come from elsewhere (a features file's).
         """
-        from bertkit.packing import packed_row_counts
+        from bertkit.batching.packing import packed_row_counts
 
         training = recipe.training
         buckets = tuple(buckets or bucket_lengths(recipe.backbone.sequence_length,
@@ -128,7 +128,7 @@ class BatchPlan:
     # ---- what a run trains on
     def order_strategy(self, lengths: np.ndarray):
         """Which rows form each step of an epoch, for rows of these token counts."""
-        from bertkit.batching import LengthBuckets, RandomMicroBatches
+        from bertkit.batching.steps import LengthBuckets, RandomMicroBatches
 
         if self.order == "random":
             return RandomMicroBatches(lengths, self.batch_size, self.seed, self.micro_batches,
@@ -137,7 +137,7 @@ class BatchPlan:
 
     def layout(self):
         """How a step's rows become arrays: padded, or packed."""
-        from bertkit.batching import PackedSteps, PaddedSteps
+        from bertkit.batching.steps import PackedSteps, PaddedSteps
 
         if self.packing:
             return PackedSteps(self.pad_lengths, self.packed_row_counts)
@@ -145,7 +145,7 @@ class BatchPlan:
 
     def training_batches(self, task, features):
         """The steps of every epoch over `features`, made by `task` (`TrainingBatches`)."""
-        from bertkit.batching import TrainingBatches
+        from bertkit.batching.steps import TrainingBatches
 
         return TrainingBatches(task, features, self)
 

@@ -9,7 +9,7 @@ The run then trains data parallel over the devices of all processes
 by XLA across processes: on CPU through gloo, JAX's default CPU collectives.
 
 - **Data.** `batch_size` is the global batch. Each batch (filled to a multiple
-  of the device count with rows of weight 0, see `bertkit.batching.fill_rows`)
+  of the device count with rows of weight 0, see `bertkit.batching.steps.fill_rows`)
   is cut into as many equal consecutive shares as there are processes; process
   `p` pads and feeds share `p` only (`process_share`), padded to the width of
   the whole batch so that all shares have one shape.

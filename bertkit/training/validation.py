@@ -10,7 +10,7 @@ class ValidationSplit:
     """The validation split, featurized once and predicted after every epoch.
 
     `finetune` makes one per run; `evaluate` is Keras `fit`'s per-epoch callback
-    (through `bertkit.callbacks.Evaluate`), timed under `phases`' "evaluation".
+    (through `bertkit.training.callbacks.Evaluate`), timed under `phases`' "evaluation".
 
     The outputs and predictions of the best epoch so far stay in memory (per-row
     logits: small for classification and tagging, start/end logits per window for
@@ -28,7 +28,7 @@ class ValidationSplit:
     best: tuple | None = None  # (epoch, outputs, predictions) of the best epoch so far
 
     def outputs(self, model) -> dict:
-        from bertkit.inference import predict_rows
+        from bertkit.serving.inference import predict_rows
 
         return predict_rows(self.task, model, self.features, self.batch_size, self.buckets)
 

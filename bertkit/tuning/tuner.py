@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.recipe import Recipe, check_inputs, load_recipe
+from bertkit.recipes.recipe import Recipe, check_inputs, load_recipe
 from bertkit.run_dir import FINISHED, RunDirectory, read_json
-from bertkit.study import StudyPlace, open_study, quiet_experimental_warnings
 from bertkit.task import Task
+from bertkit.tuning.study import StudyPlace, open_study, quiet_experimental_warnings
 
 INSTALL_HINT = 'hyperparameter search needs Optuna: pip install "bertkit[tune]"'
 _FINISHED_STATES = ("COMPLETE", "PRUNED")
@@ -243,8 +243,8 @@ class Objective:
 
     def _finetune(self, trial, values: dict, run: RunDirectory) -> int | None:
         """Fine-tunes the trial's recipe; the epoch after which it was pruned, if it was."""
-        from bertkit.callbacks import ReportToTrial
-        from bertkit.training import finetune
+        from bertkit.training.callbacks import ReportToTrial
+        from bertkit.training.trainer import finetune
 
         recipe = load_recipe(self.recipe, [*self.overrides, *self.space.overrides(values)])
         reporter = ReportToTrial(trial, f"val_{self.monitor}")
@@ -268,7 +268,7 @@ def _shown(values: dict) -> str:
 
 
 def write_study_report(study, folder: Path) -> Path:
-    from bertkit.tune_report import write_tune_report
+    from bertkit.tuning.tune_report import write_tune_report
 
     path = write_tune_report(study, folder)
     print(f"study report written to {path}")

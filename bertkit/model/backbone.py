@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.tokenizer import WordPieceTokenizer, read_vocabulary, vocabulary_is_cased
+from bertkit.model.tokenizer import WordPieceTokenizer, read_vocabulary, vocabulary_is_cased
 
 _EXACT_GELU = {"gelu", "gelu_python"}
 PRESET_MARKER = "bertkit_backbone.json"  # in presets bertkit writes: the GELU variant
@@ -115,7 +115,7 @@ def _load_folder(path: Path, source) -> PretrainedBackbone:
 
 
 def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
-    from bertkit.checkpoints import prepare_hf_dir
+    from bertkit.model.checkpoints import prepare_hf_dir
 
     hf_dir = Path(prepare_hf_dir(path, _cache_dir(path)))
     config = _read_json_file(hf_dir / "config.json", source)
@@ -142,7 +142,7 @@ def _hugging_face_backbone(hf_dir: Path, config: dict, path: Path, source):
     import keras_hub
     from safetensors import SafetensorError
 
-    from bertkit.checkpoints import config_mismatch, weight_shapes
+    from bertkit.model.checkpoints import config_mismatch, weight_shapes
 
     try:
         problem = config_mismatch(config, weight_shapes(hf_dir))
@@ -290,7 +290,7 @@ def _backbone_from_config(config, path: Path):
     a value it cannot take is a `UserError` naming the file."""
     import keras_hub
 
-    from bertkit.checkpoints import size_problem
+    from bertkit.model.checkpoints import size_problem
 
     if not isinstance(config, dict):
         raise UserError("lacks 'bert_backbone' (keras-hub's BertBackbone config)", source=path)

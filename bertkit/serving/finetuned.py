@@ -7,15 +7,15 @@ import typing
 from collections.abc import Iterator
 from pathlib import Path
 
-from bertkit import schema
-from bertkit.backbone import load_architecture
 from bertkit.errors import UserError
 from bertkit.files import MAX_INPUT_CHARACTERS, arriving_chunks
-from bertkit.inference import predict_examples
+from bertkit.model.backbone import load_architecture
 from bertkit.progress import CountProgress
+from bertkit.recipes import schema
 from bertkit.registry import load_task
 from bertkit.report import write_task_report
 from bertkit.run_dir import RunDirectory, read_json
+from bertkit.serving.inference import predict_examples
 
 
 def task_description(task, sequence_length: int, batch_size: int, buckets) -> dict:
@@ -235,8 +235,8 @@ class FineTunedModel:
         return metrics
 
     def export(self, directory) -> Path:
-        """Writes a raw-text SavedModel (see `bertkit.export`)."""
-        from bertkit.export import check_finite_weights, export_saved_model
+        """Writes a raw-text SavedModel (see `bertkit.serving.export`)."""
+        from bertkit.serving.export import check_finite_weights, export_saved_model
 
         check_finite_weights(self.model, self.run.weights_file)
         return export_saved_model(self.task, self.model, directory, self.description)

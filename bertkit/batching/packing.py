@@ -11,7 +11,7 @@ dropout off the packed model computes every row's outputs exactly as the padded
 model does (`tests/test_packing.py`), so the update is the one the batch would give
 unpacked; the step multiplies fewer and larger matrices.
 
-The packed model is the task's model re-wired (`bertkit.packed_backbone`): the same
+The packed model is the task's model re-wired (`bertkit.model.packed_backbone`): the same
 layers and weights, three more inputs. Only training uses it; evaluation, the saved
 weights and the export use the task's model as it is. A task packs when its
 outputs are per token (tagging) or read the [CLS] vector of each row

@@ -30,7 +30,7 @@ def write_tune_report(study, folder) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)  # a worker of a shared study may have none yet
     trials = [trial for trial in study.get_trials(deepcopy=False)
-              if not trial.user_attrs.get("surplus")]  # see `bertkit.tuning.SurplusTrial`
+              if not trial.user_attrs.get("surplus")]  # see `bertkit.tuning.tuner.SurplusTrial`
     monitor = study.user_attrs.get("monitor", "value")
     best = _best_trial(study)
     sections = [f"# Hyperparameter search: {study.study_name}", _summary(trials),

@@ -1,6 +1,6 @@
 """The packed forward pass: a task's model on keras-hub's `BertBackbone`, taking packed rows.
 
-keras-hub's backbone takes one sequence a row; `bertkit.packing` lays several rows end to
+keras-hub's backbone takes one sequence a row; `bertkit.batching.packing` lays several rows end to
 end in one. This module calls the backbone's own layers (same variables) with the three
 inputs packing adds, so training can run packed while evaluation and export use the
 task's model as it is (`tests/test_packing.py` checks the outputs against it).

@@ -24,7 +24,7 @@ import json
 import typing
 from typing import Literal
 
-from bertkit import schema
+from bertkit.recipes import schema
 
 _field = dataclasses.field
 _SCALARS = (bool, int, float, str, type(None))  # what Optuna's categorical choices may be
@@ -105,7 +105,7 @@ class SearchSpace:
 
     Example:
         >>> import optuna
-        >>> from bertkit.recipe import load_recipe
+        >>> from bertkit.recipes.recipe import load_recipe
         >>> recipe = load_recipe({"schema": 1, "task": "classification",
         ...     "backbone": {"preset": "bert_tiny_en_uncased"}, "data": {"train": "t.tsv"},
         ...     "search": {"trials": 4, "training.epochs": [2, 3],

@@ -1,6 +1,6 @@
 """Strict, typed validation of nested mappings into frozen dataclasses.
 
-The recipe schema is written as ordinary dataclasses (see `bertkit.recipe` and
+The recipe schema is written as ordinary dataclasses (see `bertkit.recipes.recipe` and
 each task's `Options`/`Data`); this module checks a parsed YAML mapping against
 them and turns every mistake into one `UserError` with file, line and key path.
 It also renders the same dataclasses as JSON Schema for editor completion.

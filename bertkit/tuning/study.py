@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.recipe import Recipe
+from bertkit.recipes.recipe import Recipe
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ itself (Keras' `ignore_class`) would be averaged per part, so tasks give
 weights instead.
 
 A step's rows become arrays padded (`PaddedSteps`) or packed into long rows
-(`PackedSteps`, see `bertkit.packing`). The order of epoch `e` depends only on
+(`PackedSteps`, see `bertkit.batching.packing`). The order of epoch `e` depends only on
 (seed, e): a resumed run sees the same batches as an uninterrupted one.
 """
 
@@ -33,10 +33,10 @@ import threading
 import keras
 import numpy as np
 
+from bertkit.batching.packing import PACKING_INPUTS, pack_batch
 from bertkit.errors import UserError
-from bertkit.multi_process import process_index, process_share
-from bertkit.packing import PACKING_INPUTS, pack_batch
 from bertkit.padding import fill_rows, pad_batch, padded_length
+from bertkit.parallel.multi_process import process_index, process_share
 from bertkit.task import Features
 
 
@@ -209,8 +209,8 @@ class PaddedSteps:
 
 
 class PackedSteps:
-    """Layout: a step's rows packed end to end into long rows (`bertkit.packing`), for the
-    task's model re-wired to take them (`bertkit.packed_backbone`)."""
+    """Layout: a step's rows packed end to end into long rows (`bertkit.batching.packing`), for the
+    task's model re-wired to take them (`bertkit.model.packed_backbone`)."""
 
     def __init__(self, pad_lengths: tuple, row_counts: tuple | None):
         self.pad_lengths, self.row_counts = pad_lengths, row_counts
@@ -221,7 +221,7 @@ class PackedSteps:
         return {**inputs, **{name: packed[name] for name in PACKING_INPUTS}}, targets, weights
 
     def model_to_fit(self, model, backbone):
-        from bertkit.packed_backbone import packed_training_model
+        from bertkit.model.packed_backbone import packed_training_model
 
         return packed_training_model(model, backbone)
 
@@ -231,7 +231,7 @@ class TrainingBatches:
 
     One step is one micro-batch: with `micro_batches` N, steps `kN .. kN+N-1`
     are the parts of batch `k` (the optimizer accumulates N steps, see
-    `bertkit.optimization.make_optimizer`). The plan's order strategy picks each
+    `bertkit.training.optimization.make_optimizer`). The plan's order strategy picks each
     step's rows, its layout pads or packs them, and the task makes the model's
     inputs, targets and weights (`Task.make_batch`). `set_epoch` is called by a
     callback at the start of each epoch, so the data order follows the epoch

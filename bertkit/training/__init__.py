@@ -1,0 +1,2 @@
+"""Fine-tuning as named steps (`run_steps`: prepare, build, fit, finish) and the short script
+over them (`trainer.finetune`), with the callbacks, optimizer and validation a run uses."""

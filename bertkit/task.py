@@ -54,7 +54,20 @@ What a task declares, each as a small piece:
 `parse_input`          one raw user input (str, pair, dict) -> example
 `serving_inputs`,      the exported SavedModel signature: raw strings in,
 `serve`                decoded outputs out, in TensorFlow ops
+`preprocessor`         optional: one object holding both paths from inputs to
+                       rows, Python (`featurize`) and TensorFlow (`serve`), over
+                       one tokenizer and window rule; the contract test checks
+                       that they agree (tagging's and span QA's windows)
 =====================  ====================================================
+
+Rows are the unit of the contract: a row's loss reads that row only. Tasks whose
+loss spans several rows, such as multiple choice (one row per choice, a softmax
+over an example's choices), are out of scope, and `Features` has no group axis
+for them: the batching strategies reorder rows one by one (length buckets, random
+micro-batches) and pack several rows into one (`training.packing`), so the rows of
+one example may land in different batches. Windowed tasks need no such axis:
+each window's loss is its own, and an example's windows meet again only in
+`decode`, through `Features.example_index`.
 
 Heavy imports (TensorFlow, Keras) belong inside methods, so that validating a
 recipe, which imports the task class, stays fast.
@@ -273,3 +286,24 @@ class Task:
     def serve(self, model, inputs: dict) -> dict:
         """Raw string tensors -> decoded output tensors, in TensorFlow ops."""
         raise NotImplementedError
+
+    # ---- preprocessor (optional)
+    def preprocessor(self):
+        """The object that makes this task's model rows in both paths, or None (default).
+
+        keras-hub's preprocessors keep `_call_python` and `_call_tf` side by side
+        over one tokenizer; a task whose rows need more than packing (windows over
+        long inputs) returns one object with:
+
+        - `featurize(examples) -> Features`: numpy, for training, evaluation and
+          `predict` (the task's `featurize` delegates to it);
+        - `serve(inputs) -> dict`: TensorFlow ops on the signature's string
+          tensors (`serving_inputs`), for the SavedModel (the task's `serve` feeds
+          its rows to the model): at least `token_ids` and `segment_ids`, (rows,
+          (tokens)) ragged, and `example_index`, (rows,).
+
+        `bertkit.testing.check_preprocessor`, part of the contract test, checks
+        that every output of `serve` named like a column, an extra or
+        `example_index` of `featurize`'s `Features` holds the same values.
+        """
+        return None

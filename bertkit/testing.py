@@ -160,7 +160,9 @@ def run_task_contract_test(task, train_file, *, inputs: list, bad_input, serving
 
     1. the task resolves through the `bertkit.tasks` entry point and reads `train_file`;
     2. `featurize` gives rows with `token_ids` and `segment_ids` of at most
-       `sequence_length` word pieces;
+       `sequence_length` word pieces; for a task with a preprocessor
+       (`Task.preprocessor`), its Python and TensorFlow paths make the same rows
+       for `inputs` (`check_preprocessor`);
     3. a few `fit` steps on one repeated batch (`make_batch`, `loss`) lower the loss;
     4. `bertkit.finetune` writes a run and a SavedModel;
     5. predictions for the raw `inputs` in one batch equal those of each input
@@ -186,7 +188,8 @@ def run_task_contract_test(task, train_file, *, inputs: list, bad_input, serving
         fit_steps: steps of the repeated-batch fit.
 
     Returns:
-        `{"run_dir": Path, "predictions": [...], "served": {...}}` for further checks.
+        `{"run_dir": Path, "predictions": [...], "served": {...}, "preprocessor": [...]}`
+        for further checks (`preprocessor`: the names `check_preprocessor` compared).
     """
     import tempfile
 
@@ -205,9 +208,13 @@ def run_task_contract_test(task, train_file, *, inputs: list, bad_input, serving
               "training": {"epochs": 1, "batch_size": 8, "learning_rate": 3e-3,
                            **(training or {})}}
 
-    # ---- 1-3: read, featurize, fit on one repeated batch
+    # ---- 1-3: read, featurize (both paths of a preprocessor), fit on one repeated batch
     trainer, examples, backbone = _contract_task(recipe)
     features = _check_features(trainer, examples, sequence_length)
+    if serving_inputs is None:
+        (signature_name,) = trainer.serving_inputs()
+        serving_inputs = {signature_name: list(inputs)}
+    compared = check_preprocessor(trainer, inputs, serving_inputs)
     _check_fit_lowers_the_loss(trainer, backbone, features, fit_steps)
 
     # ---- 4-5: a run, predictions batched and one at a time
@@ -217,9 +224,6 @@ def run_task_contract_test(task, train_file, *, inputs: list, bad_input, serving
     _assert_close(predictions, alone, atol, "predict in a batch vs alone")
 
     # ---- 6: the SavedModel in a fresh process
-    if serving_inputs is None:
-        (signature_name,) = model.task.serving_inputs()
-        serving_inputs = {signature_name: list(inputs)}
     served = serve_in_fresh_process(directory / "run" / "saved_model", serving_inputs)
     (compare or _default_compare(atol))(predictions, served)
 
@@ -230,7 +234,8 @@ def run_task_contract_test(task, train_file, *, inputs: list, bad_input, serving
         pass
     else:
         raise AssertionError(f"{bad_input!r} was accepted; expected a UserError")
-    return {"run_dir": directory / "run", "predictions": predictions, "served": served}
+    return {"run_dir": directory / "run", "predictions": predictions, "served": served,
+            "preprocessor": compared}
 
 
 def _contract_task(recipe: dict):
@@ -255,6 +260,101 @@ def _check_features(task, examples: list, sequence_length: int):
     assert features.lengths().max() <= sequence_length, "a row is longer than sequence_length"
     assert len(features.example_index) == len(features)
     return features
+
+
+def check_preprocessor(task, inputs: list, serving_inputs: dict | None = None) -> list[str]:
+    """Checks that a task's preprocessor makes the same rows in Python and in TensorFlow.
+
+    `task.preprocessor()` (None: nothing to check) has `featurize(examples)`, the
+    Python path of training and `predict`, and `serve(inputs)`, the graph path of
+    the SavedModel (see `bertkit.task.Task.preprocessor`). The raw `inputs` go
+    through `task.parse_input` and `featurize`, `serving_inputs` through `serve`
+    (eagerly). Every output of `serve` named like a column of the `Features`, one
+    of its extras or `example_index` must hold the same values as nested lists;
+    `token_ids`, `segment_ids` and `example_index` must be among them. Outputs with
+    other names belong to the graph alone (byte offsets, ...).
+
+    Args:
+        task: a task instance (tokenizer and options set).
+        inputs: raw inputs, as `FineTunedModel.predict` takes them.
+        serving_inputs: name -> list of strings, the same inputs as the SavedModel
+            takes them; default: `inputs` under the signature's only name.
+
+    Returns:
+        The names compared, in `serve`'s order: a test can require its task's
+        bookkeeping among them.
+
+    Example (a preprocessor of one row per text; both paths pack with one tokenizer):
+        >>> import tensorflow as tf
+        >>> from bertkit.model.tokenizer import WordPieceTokenizer
+        >>> from bertkit.task import Features, Task
+        >>> class OneRow:
+        ...     tokenizer = WordPieceTokenizer(tiny_vocabulary(), lowercase=True)
+        ...     def featurize(self, texts):
+        ...         ids, segments = self.tokenizer.encode(texts, sequence_length=8)
+        ...         return Features({"token_ids": ids, "segment_ids": segments},
+        ...                         np.arange(len(texts)))
+        ...     def serve(self, inputs):
+        ...         ids, segments = self.tokenizer.pack(
+        ...             [self.tokenizer.tokenize(inputs["text"])], 8)
+        ...         return {"token_ids": ids, "segment_ids": segments,
+        ...                 "example_index": tf.range(ids.nrows())}
+        >>> class Texts(Task):
+        ...     def preprocessor(self): return OneRow()
+        ...     def parse_input(self, value): return value
+        ...     def serving_inputs(self): return {"text": None}
+        >>> check_preprocessor(Texts(None, None, None, 8), ["a good film", "bad"])
+        ['token_ids', 'segment_ids', 'example_index']
+    """
+    import tensorflow as tf
+
+    preprocessor = task.preprocessor()
+    if preprocessor is None:
+        return []
+    if serving_inputs is None:
+        (name,) = task.serving_inputs()
+        serving_inputs = {name: list(inputs)}
+    features = preprocessor.featurize([task.parse_input(value) for value in inputs])
+    served = preprocessor.serve({name: tf.constant(values, tf.string)
+                                 for name, values in serving_inputs.items()})
+    python = {**features.columns, **features.extras, "example_index": features.example_index}
+    missing = [name for name in ("token_ids", "segment_ids", "example_index") if name not in served]
+    assert not missing, f"the preprocessor's serve gives no {', '.join(missing)}"
+    compared = [name for name in served if name in python]
+    for name in compared:
+        _assert_same_rows(name, _plain(python[name]), _plain(served[name]),
+                          features.example_index, inputs)
+    return compared
+
+
+def _assert_same_rows(name: str, python, graph, example_index, inputs: list) -> None:
+    """Equal values, or an error naming the first item that differs and its input."""
+    if python == graph:
+        return
+    where = ""
+    if isinstance(python, list) and isinstance(graph, list):
+        pairs = enumerate(zip(python, graph, strict=False))
+        i = next((i for i, (a, b) in pairs if a != b), min(len(python), len(graph)))
+        per_row = len(python) == len(example_index) and i < len(python)  # else per input
+        source = example_index[i] if per_row else i
+        where = (f" at item {i} (of {len(python)} from featurize, {len(graph)} from serve)"
+                 + (f", from input {inputs[source]!r:.80}" if source < len(inputs) else ""))
+        python, graph = python[i:i + 1], graph[i:i + 1]
+    raise AssertionError(f"the preprocessor's Python and TensorFlow paths disagree on '{name}'"
+                         f"{where}: featurize gives {python!r:.300}, serve {graph!r:.300}")
+
+
+def _plain(value):
+    """Tensors, ragged tensors, arrays and tuples as nested lists of Python values."""
+    if hasattr(value, "to_list"):  # tf.RaggedTensor
+        return value.to_list()
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _check_fit_lowers_the_loss(task, backbone, features, steps: int) -> None:

@@ -150,19 +150,19 @@ def windowed_rows(pieces, window_size: int, stride: int, cls_id: int, sep_id: in
         cls_id, sep_id: the ids that open and close every row.
 
     Returns:
-        The rows `[CLS] pieces [SEP]`, (rows, (pieces)), every sequence's windows
-        in order; and for each word in the batch (flat) the row and the
-        position of its first piece in its max-context window (`max_context_windows`
-        over words).
+        The rows `[CLS] pieces [SEP]` of each sequence's windows, in order,
+        (batch, (windows), (pieces)); and `read_at`, (batch, (words), 2): for
+        each word the row (counted over the whole batch) and the position of its
+        first piece in its max-context window (`max_context_windows` over words).
 
     Example (the words of `word_windows`' example, pieces numbered 10 on):
         >>> import tensorflow as tf
         >>> pieces = tf.ragged.constant([[[10, 11], [12], [13, 14, 15], [16]]])
-        >>> rows, row, position = windowed_rows(pieces, 4, 2, cls_id=1, sep_id=2)
+        >>> rows, read_at = windowed_rows(pieces, 4, 2, cls_id=1, sep_id=2)
         >>> rows.to_list()
-        [[1, 10, 11, 12, 2], [1, 12, 13, 14, 15, 2], [1, 16, 2]]
-        >>> row.numpy().tolist(), position.numpy().tolist()
-        ([0, 0, 1, 2], [1, 3, 2, 1])
+        [[[1, 10, 11, 12, 2], [1, 12, 13, 14, 15, 2], [1, 16, 2]]]
+        >>> read_at.to_list()
+        [[[0, 1], [0, 3], [1, 2], [2, 1]]]
     """
     import tensorflow as tf
 
@@ -207,7 +207,8 @@ def windowed_rows(pieces, window_size: int, stride: int, cls_id: int, sep_id: in
     window_start = tf.gather(offsets, tf.gather(first, owner, batch_dims=1), batch_dims=1)
     row = tf.boolean_mask(row_offset + owner, is_word)
     position = tf.boolean_mask(1 + word_start - window_start, is_word)
-    return rows, row, position
+    read_at = tf.RaggedTensor.from_row_lengths(tf.stack([row, position], 1), pieces.row_lengths())
+    return tf.RaggedTensor.from_row_lengths(rows, tf.cast(count, tf.int64)), read_at
 
 
 def _context_scores(position, start, end):

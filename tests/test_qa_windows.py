@@ -1,37 +1,20 @@
-"""SQuAD rows: the numpy rows of featurize and the in-graph rows of the SavedModel agree."""
+"""SQuAD rows: answer targets in the numpy rows, answer text from the in-graph rows.
 
-import random
+That `featurize`'s rows equal `serve`'s is the contract kit's check
+(`bertkit.testing.check_preprocessor`, in tests/test_span_qa.py).
+"""
 
 import numpy as np
 import tensorflow as tf
 
 from bertkit.model.tokenizer import WordPieceTokenizer
-from bertkit_tasks.span_qa.qa_windows import (
+from bertkit_tasks.span_qa.preprocessor import (
     graph_answer_text,
     graph_question_windows,
     question_window_rows,
 )
 
 TOKENIZER = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], True)
-
-
-def test_graph_rows_equal_the_numpy_rows():
-    rng = random.Random(0)
-    questions = [[rng.randint(10, 99) for _ in range(rng.randint(1, 6))] for _ in range(30)]
-    contexts = [[rng.randint(10, 99) for _ in range(rng.randint(0, 50))] for _ in range(30)]
-    sequence_length, stride = 16, 5
-    expected = []
-    for question, context in zip(questions, contexts, strict=True):
-        positions = np.arange(len(context))
-        rows = question_window_rows(np.array(question), (np.array(context), positions, positions),
-                                    None, cls_id=2, sep_id=3, sequence_length=sequence_length,
-                                    doc_stride=stride, training=True)
-        expected += [(row["token_ids"].tolist(), row["segment_ids"].tolist()) for row in rows]
-    windows = graph_question_windows(TOKENIZER, tf.ragged.constant(questions, tf.int64),
-                                     tf.ragged.constant(contexts, tf.int64, ragged_rank=1),
-                                     sequence_length, stride)
-    assert list(zip(windows["token_ids"].to_list(), windows["segment_ids"].to_list(),
-                    strict=True)) == expected
 
 
 def test_answer_positions_only_in_windows_that_hold_it_whole():

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import bertkit
 from bertkit.model.tokenizer import WordPieceTokenizer
@@ -16,17 +15,13 @@ from bertkit.recipes.recipe import load_recipe
 from bertkit.testing import (
     FILLER,
     POSITIVE,
+    check_preprocessor,
     run_task_contract_test,
     tiny_vocabulary,
     write_tiny_checkpoint,
 )
-from bertkit.windows import batch_sliding_windows, sliding_windows
 from bertkit_tasks.span_qa import SpanQAOptions, SpanQATask
-from bertkit_tasks.span_qa.span_decoding import (
-    answer_tokens,
-    batch_span_candidates,
-    span_candidates,
-)
+from bertkit_tasks.span_qa.span_decoding import answer_tokens
 from bertkit_tasks.span_qa.squad import QAExample
 
 WORDS = [w for w in FILLER if w not in ("what", "is", "it", ".")] + ["Zoë", "café", "Renée"]
@@ -91,34 +86,17 @@ def test_long_context_windows_target_the_answer_where_it_is():
     assert (prediction["answer"], prediction["score"]) == ("Smith", 6.0)
 
 
-def test_graph_windows_and_candidates_match_featurize_rules():
-    """`serve`'s windows and candidate masks, in TensorFlow ops, are `featurize`'s."""
-    rng = random.Random(0)
-    question_lengths = [rng.randint(0, 8) for _ in range(40)]
-    context_lengths = [rng.randint(0, 40) for _ in range(40)]
-    example_ids, starts, ends = batch_sliding_windows(
-        tf.constant(context_lengths, tf.int64), 16 - 3 - tf.constant(question_lengths, tf.int64), 3)
-    example_ids = example_ids.numpy()
-    first_piece = np.cumsum([0] + context_lengths)[example_ids]  # windows over all contexts
-    starts, ends = starts + first_piece, ends + first_piece
-    window_lengths = [question_lengths[e] for e in example_ids]
-    questions = tf.RaggedTensor.from_row_lengths(tf.zeros([sum(window_lengths)], tf.int32),
-                                                 window_lengths)
-    start_ok, end_ok = batch_span_candidates(questions, tf.ragged.range(starts, ends), starts,
-                                             ends, sum(context_lengths))
-    pad = [False] * (16 - start_ok.shape[1])
-    windows = iter(zip(example_ids, starts.numpy() - first_piece, ends.numpy() - first_piece,
-                       start_ok.numpy().tolist(), end_ok.numpy().tolist(), strict=True))
-    for example, (question, length) in enumerate(zip(question_lengths, context_lengths,
-                                                     strict=True)):
-        expected = sliding_windows(length, 16 - 3 - question, 3)
-        expected_starts, expected_ends = span_candidates(expected, question + 2, 16)
-        for window, start_row, end_row in zip(expected, expected_starts, expected_ends,
-                                              strict=True):
-            assert next(windows) == (example, *window, start_row[:16 - len(pad)],
-                                     end_row[:16 - len(pad)])
-            assert start_row[16 - len(pad):] == end_row[16 - len(pad):] == pad
-    assert next(windows, None) is None
+@pytest.mark.parametrize("sequence_length, doc_stride", [(16, 3), (16, 1), (24, 9)])
+def test_featurize_and_serve_cut_the_same_windows(sequence_length, doc_stride):
+    """Rows and candidate masks: questions of 0 to 10 words (cut at 8 pieces), contexts
+    of 0 to 40 words, several windows each."""
+    rng = random.Random(sequence_length + doc_stride)
+    questions = [" ".join(rng.choices(WORDS, k=rng.randint(0, 10))) for _ in range(30)]
+    contexts = [" ".join(rng.choices(WORDS, k=rng.randint(0, 40))) for _ in range(30)]
+    task = make_task(sequence_length=sequence_length, max_query_length=8, doc_stride=doc_stride)
+    inputs = [{"question": q, "context": c} for q, c in zip(questions, contexts, strict=True)]
+    compared = check_preprocessor(task, inputs, {"question": questions, "context": contexts})
+    assert compared == ["token_ids", "segment_ids", "example_index", "starts_ok", "ends_ok"]
 
 
 def test_answer_tokens_overlap_the_answer_characters():
@@ -163,13 +141,14 @@ def run(tmp_path_factory):
 def test_passes_the_contract_test(tmp_path):
     train = write_lines(tmp_path / "train.jsonl", qa_lines(48, seed=3))
     contexts = [line["context"] for line in qa_lines(2, seed=4)]
-    run_task_contract_test(
+    result = run_task_contract_test(
         "span_qa", train, directory=tmp_path, sequence_length=SEQUENCE_LENGTH,
         task_options={"version": "2.0", "max_query_length": 8, "doc_stride": 8},
         training={"bucket_lengths": [SEQUENCE_LENGTH]},
         inputs=[{"question": QUESTION, "context": context} for context in contexts],
         serving_inputs={"question": [QUESTION] * 2, "context": contexts},
         bad_input={"question": QUESTION})
+    assert {"starts_ok", "ends_ok"} <= set(result["preprocessor"])
 
 def test_learns_answers_and_no_answers(run):
     metrics = json.loads((run / "run" / "metrics.json").read_text())

@@ -149,10 +149,10 @@ def test_word_probabilities_read_each_word_at_its_position():
 
     rows = [np.array([[0.0, 0.0], [3.0, 1.0], [0.0, 0.0]]), np.array([[1.0, 1.0], [0.0, 4.0]])]
     # sentence 0: its word 0 in row 0 position 1, its word 1 in row 1 position 1
-    (probabilities,) = word_probabilities(rows, [([0, 1], [1, 1])], 2)
+    (probabilities,) = word_probabilities(rows, [np.array([[0, 1], [1, 1]])], 2)
     assert probabilities.argmax(axis=1).tolist() == [0, 1]
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0)
-    assert word_probabilities(rows, [([], [])], 2)[0].shape == (0, 2)
+    assert word_probabilities(rows, [np.zeros((0, 2), np.int64)], 2)[0].shape == (0, 2)
 
 
 def test_graph_entities_character_offsets_and_scores():

@@ -5,6 +5,7 @@ import json
 import random
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,9 +15,14 @@ import bertkit
 from bertkit.errors import UserError
 from bertkit.model.tokenizer import WordPieceTokenizer
 from bertkit.serving.inference import predict_examples
-from bertkit.testing import run_task_contract_test, tiny_vocabulary, write_tiny_checkpoint
-from bertkit.windows import windowed_rows
+from bertkit.testing import (
+    check_preprocessor,
+    run_task_contract_test,
+    tiny_vocabulary,
+    write_tiny_checkpoint,
+)
 from bertkit_tasks.tagging import TaggingData, TaggingOptions, TaggingTask
+from bertkit_tasks.tagging.preprocessor import TaggingPreprocessor
 
 SEQUENCE_LENGTH = 32
 OTHER = ["the", "a", "film", "was", "very", "and", "it", "this", "visited", "works", "for", "who",
@@ -103,11 +109,11 @@ def test_passes_the_contract_test(tmp_path):
         assert any(prediction["entities"] for prediction in predictions)
 
     write_conll(tmp_path / "train.txt", 120, seed=0)
-    run_task_contract_test("tagging", tmp_path / "train.txt", data={"scheme": "iob1"},
-                           training={"epochs": 6, "batch_size": 16}, directory=tmp_path,
-                           compare=same_entities,
-                           bad_input=7,
-                           inputs=["Mr Smith visited Paris.", "mr ann in rome and acme corp"])
+    result = run_task_contract_test(
+        "tagging", tmp_path / "train.txt", data={"scheme": "iob1"},
+        training={"epochs": 6, "batch_size": 16}, directory=tmp_path, compare=same_entities,
+        bad_input=7, inputs=["Mr Smith visited Paris.", "mr ann in rome and acme corp"])
+    assert "read_at" in result["preprocessor"]  # featurize's and serve's windows agree
 
 
 def test_long_sentence_is_windowed_and_no_word_dropped(run):
@@ -116,7 +122,7 @@ def test_long_sentence_is_windowed_and_no_word_dropped(run):
     words = long_words(3 * SEQUENCE_LENGTH) + ["mr", "\x07", "smith"]  # \x07: no word pieces
     features = task.featurize([task.parse_input(words)], training=False)
     assert len(features) > 3 and features.lengths().max() <= SEQUENCE_LENGTH
-    [(rows, positions)] = features.extras["read_at"]  # each word's first piece, in its window
+    rows, positions = features.extras["read_at"][0].T  # each word's first piece, in its window
     pieces = task.tokenizer.tokenize_words(tf.ragged.constant([words])).to_list()[0]
     assert [features.columns["token_ids"][r][p] for r, p in zip(rows, positions, strict=True)] \
         == [p[0] if p else task.tokenizer.unk_id for p in pieces]
@@ -141,7 +147,7 @@ def test_decoding_option(run, decoding, tags, entities):
     task.state["labels"] = labels = [*labels, "I-PER"]
     examples = [task.parse_input(["john", "smith", "."])]
     features = task.featurize(examples, training=False)
-    (rows, positions), = features.extras["read_at"]
+    rows, positions = features.extras["read_at"][0].T
     word_probabilities = [{"B-LOC": 0.5, "B-PER": 0.4, "O": 0.1},  # argmax: B-LOC I-PER
                           {"I-PER": 0.5, "B-PER": 0.2, "O": 0.3}, {"O": 1.0}]
     logits = [np.full((len(ids), len(labels)), -30.0) for ids in features.columns["token_ids"]]
@@ -153,24 +159,30 @@ def test_decoding_option(run, decoding, tags, entities):
     assert [(e["type"], e["start"], e["end"]) for e in prediction["entities"]] == entities
 
 
-@pytest.mark.parametrize("sequence_length, stride", [(8, 1), (8, 6), (12, 5), (16, None)])
-def test_graph_windows_match_featurize(sequence_length, stride):
-    vocabulary = tiny_vocabulary()
-    tokenizer = WordPieceTokenizer(vocabulary, lowercase=True)
-    task = TaggingTask(TaggingOptions(window_stride=stride), TaggingData(), tokenizer,
+def tagging_task(sequence_length: int, stride: int | None) -> TaggingTask:
+    tokenizer = WordPieceTokenizer(tiny_vocabulary(), lowercase=True)
+    return TaggingTask(TaggingOptions(window_stride=stride), TaggingData(), tokenizer,
                        sequence_length, {"labels": ["O"]})
+
+
+@pytest.mark.parametrize("sequence_length, stride", [(8, 1), (8, 6), (12, 5), (16, None)])
+def test_featurize_and_serve_cut_the_same_windows(sequence_length, stride):
     rng = random.Random(sequence_length)
-    choices = ["paris", "unbelievably", "qzxwvk", "x", "\x07", "smith", "a-b"]
-    sentences = [rng.choices(choices, k=rng.randint(0, 30)) for _ in range(6)]
-    features = task.featurize([task.parse_input(words) for words in sentences], training=False)
-    pieces = tokenizer.tokenize_words(tf.ragged.constant(sentences, tf.string),
-                                      max_pieces=task.max_word_pieces)
-    rows, row, position = windowed_rows(pieces, task.window_size, task.stride,
-                                        tokenizer.cls_id, tokenizer.sep_id)
-    assert rows.to_list() == [ids.tolist() for ids in features.columns["token_ids"]]
-    read_at = features.extras["read_at"]
-    assert row.numpy().tolist() == [r for rows_, _ in read_at for r in rows_.tolist()]
-    assert position.numpy().tolist() == [p for _, ps in read_at for p in ps.tolist()]
+    choices = ["paris", "unbelievably", "qzxwvk", "x", "\x07", "smith", "a-b", "Zoë’s"]
+    texts = [" ".join(rng.choices(choices, k=rng.randint(0, 30))) for _ in range(6)]
+    assert check_preprocessor(tagging_task(sequence_length, stride), texts) \
+        == ["token_ids", "segment_ids", "example_index", "read_at"]
+
+
+def test_the_preprocessor_check_names_where_the_paths_disagree():
+    task = tagging_task(12, 5)
+    other_stride = TaggingPreprocessor(task.tokenizer, 12, window_stride=4)
+    task.preprocessor = lambda: SimpleNamespace(featurize=task._preprocessor.featurize,
+                                                serve=other_stride.serve)
+    text = " ".join(["paris"] * 12)
+    with pytest.raises(AssertionError, match=r"disagree on 'token_ids' at item 2 \(of 3 from "
+                                             r"featurize, 3 from serve\), from input 'paris"):
+        check_preprocessor(task, ["smith", text])
 
 
 def test_raw_text_entities_have_character_offsets(run):

@@ -53,21 +53,20 @@ def test_windowed_rows_match_word_windows(window_size, stride):
     sentences = [[rng.randint(1, longest) for _ in range(rng.randint(0, 12))] for _ in range(8)]
     piece_id = iter(range(10, 10_000))
     pieces = [[[next(piece_id) for _ in range(n)] for n in lengths] for lengths in sentences]
-    rows, row, position = windowed_rows(tf.ragged.constant(pieces, tf.int32, ragged_rank=2),
-                                        window_size, stride, cls_id=1, sep_id=2)
-    expected_rows, expected_read_at = [], []
+    rows, read_at = windowed_rows(tf.ragged.constant(pieces, tf.int32, ragged_rank=2),
+                                  window_size, stride, cls_id=1, sep_id=2)
+    expected_rows, expected_read_at, first_row = [], [], 0
     for words in pieces:
         offsets = np.cumsum([0] + [len(w) for w in words])
         windows = word_windows(offsets, window_size, stride)
         flat = [p for w in words for p in w]
-        first_row = len(expected_rows)
-        expected_rows += [[1, *flat[offsets[a]:offsets[b]], 2] for a, b in windows]
-        for word, owner in enumerate(max_context_windows(windows, len(words))):
-            expected_read_at.append((first_row + owner,
-                                     1 + offsets[word] - offsets[windows[owner][0]]))
-    assert rows.to_list() == expected_rows
-    assert list(zip(row.numpy().tolist(), position.numpy().tolist(), strict=True)) \
-        == expected_read_at
+        expected_rows.append([[1, *flat[offsets[a]:offsets[b]], 2] for a, b in windows])
+        owners = max_context_windows(windows, len(words))
+        expected_read_at.append([[first_row + owner, 1 + offsets[word] - offsets[windows[owner][0]]]
+                                 for word, owner in enumerate(owners)])
+        first_row += len(windows)
+    assert rows.to_list() == expected_rows  # (sentences, (windows), (pieces))
+    assert read_at.to_list() == expected_read_at  # (sentences, (words), 2)
 
 
 def test_imports_without_tensorflow():

@@ -1,7 +1,9 @@
 """Extractive question answering (SQuAD v1.1 / v2.0): answers are spans of the context.
 
 A question and its context become one model row per doc-stride window,
-`[CLS] question [SEP] window [SEP]`; a Dense(2) head scores every token as the
+`[CLS] question [SEP] window [SEP]`, cut by one preprocessor in Python for training
+and `predict` and in TensorFlow ops for the SavedModel
+(`bertkit_tasks.span_qa.preprocessor.SpanQAPreprocessor`); a Dense(2) head scores every token as the
 start and the end of the answer. One decoding rule,
 `bertkit_tasks.span_qa.span_decoding.decode_answer_spans` (TensorFlow ops), picks the best
 spans over all windows of an example with the max-context rule, in evaluation,
@@ -24,13 +26,13 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.task import Features, Task, head_initializer, string_inputs
+from bertkit.task import Task, head_initializer, string_inputs
+from bertkit_tasks.span_qa.preprocessor import SpanQAPreprocessor
 from bertkit_tasks.span_qa.squad import QAExample, read_squad
 
 _field = dataclasses.field
 _MASKED_LOGIT = -1e9  # added to padding logits: out of every softmax
 _DECODE_EXAMPLES = 128  # examples per decode_answer_spans call: bounds its (windows, seq * len)
-_DECODING = ("char_starts", "char_ends", "starts_ok", "ends_ok")  # per-row extras for decode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,39 +103,15 @@ class SpanQATask(Task):
             return self.options.null_score_threshold
         return self.state.get("null_score_threshold", 0.0)
 
+    def preprocessor(self) -> SpanQAPreprocessor:
+        """Made when asked for, so that a question too long for the rows is an error when
+        rows are made (`featurize`, export), not when a recipe's data is read."""
+        return SpanQAPreprocessor(self.tokenizer, self.sequence_length,
+                                  self.options.max_query_length, self.options.doc_stride)
+
     def featurize(self, examples, training):
         """One row per window; targets are the answer's tokens in it, else [CLS] (0)."""
-        from bertkit.model.tokenizer import character_offsets, tokenize_in_chunks
-        from bertkit_tasks.span_qa.qa_windows import question_window_rows
-        from bertkit_tasks.span_qa.span_decoding import answer_tokens
-
-        self._check_room()
-        questions = tokenize_in_chunks(self.tokenizer.tokenize, [e.question for e in examples])
-        unique = list(dict.fromkeys(e.context for e in examples))
-        pieces = tokenize_in_chunks(self.tokenizer.tokenize_with_offsets, unique)
-        contexts = {text: (ids, *character_offsets(text, starts, ends))
-                    for text, (ids, starts, ends) in zip(unique, pieces, strict=True)}
-        rows, example_index = [], []
-        for index, (example, (question,)) in enumerate(zip(examples, questions, strict=True)):
-            context = contexts[example.context]
-            example_rows = question_window_rows(
-                question[:self.options.max_query_length], context,
-                answer_tokens(example, *context[1:]), cls_id=self.tokenizer.cls_id,
-                sep_id=self.tokenizer.sep_id, sequence_length=self.sequence_length,
-                doc_stride=self.options.doc_stride, training=training)
-            rows += example_rows
-            example_index += [index] * len(example_rows)
-        columns = {name: [row[name] for row in rows] for name in ("token_ids", "segment_ids")}
-        for name in ("start_positions", "end_positions"):
-            columns[name] = np.array([row[name] for row in rows], dtype=np.int32)
-        extras = {} if training else {name: [row[name] for row in rows] for name in _DECODING}
-        return Features(columns, np.array(example_index, dtype=np.int64), extras=extras)
-
-    def _check_room(self) -> None:
-        if self.sequence_length - self.options.max_query_length - 3 < 1:
-            raise UserError(f"a question of {self.options.max_query_length} word pieces leaves "
-                            f"no room for the context in {self.sequence_length}; lower it below "
-                            f"{self.sequence_length - 3}", key="task.max_query_length")
+        return self.preprocessor().featurize(examples, training)
 
     def make_batch(self, batch, training, rng):
         inputs = {key: batch[key] for key in ("token_ids", "segment_ids", "padding_mask")}
@@ -264,15 +242,11 @@ class SpanQATask(Task):
         """featurize + model + decode in TensorFlow ops, windows included."""
         import tensorflow as tf
 
-        from bertkit_tasks.span_qa.qa_windows import graph_answer_text, graph_question_windows
-        from bertkit_tasks.span_qa.span_decoding import batch_span_candidates, decode_answer_spans
+        from bertkit_tasks.span_qa.preprocessor import graph_answer_text
+        from bertkit_tasks.span_qa.span_decoding import decode_answer_spans
 
-        self._check_room()
         contexts = inputs["context"]
-        questions = self.tokenizer.tokenize(inputs["question"])[:, :self.options.max_query_length]
-        pieces, byte_starts, byte_ends = self.tokenizer.tokenize_with_offsets(contexts)
-        windows = graph_question_windows(self.tokenizer, questions, pieces, self.sequence_length,
-                                         self.options.doc_stride)
+        windows = self.preprocessor().serve(inputs)  # ragged rows, (windows, (tokens))
         token_ids = windows["token_ids"]
         logits = tf.cast(model({"token_ids": token_ids.to_tensor(),
                                 "segment_ids": windows["segment_ids"].to_tensor(),
@@ -280,12 +254,10 @@ class SpanQATask(Task):
                                training=False), tf.float32)  # (windows, seq, 2)
 
         # ---- decoding: the rule of `decode`, with candidate masks laid out like token_ids
-        start_ok, end_ok = batch_span_candidates(
-            windows["questions"], windows["tokens"], windows["starts"], windows["ends"],
-            tf.shape(pieces.flat_values, out_type=tf.int64)[0])
         spans = decode_answer_spans(
-            logits[:, :, 0], logits[:, :, 1], tf.cast(windows["example_ids"], tf.int32),
-            start_ok, end_ok, self.options.max_answer_length, n_best_size=1)
+            logits[:, :, 0], logits[:, :, 1], tf.cast(windows["example_index"], tf.int32),
+            windows["starts_ok"].to_tensor(), windows["ends_ok"].to_tensor(),
+            self.options.max_answer_length, n_best_size=1)
 
         # ---- the best span's text and character offsets, cut from the context's bytes
         window = tf.maximum(spans["window_index"][:, 0], 0)  # (examples,)
@@ -293,8 +265,8 @@ class SpanQATask(Task):
         if self.options.version == "2.0":
             answered &= spans["null_score_diff"] <= self.null_score_threshold
         answer, start, end = graph_answer_text(
-            contexts, byte_starts, byte_ends, windows, window, spans["start_index"][:, 0],
-            spans["end_index"][:, 0], answered)
+            contexts, windows["byte_starts"], windows["byte_ends"], windows, window,
+            spans["start_index"][:, 0], spans["end_index"][:, 0], answered)
         outputs = {"answer": answer,
                    "start": tf.where(answered, start, -1), "end": tf.where(answered, end, -1),
                    "score": tf.where(answered, spans["span_score"][:, 0], spans["null_score"])}

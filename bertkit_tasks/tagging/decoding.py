@@ -147,9 +147,9 @@ def word_probabilities(row_logits, read_at, num_labels: int) -> list[np.ndarray]
 
     Args:
         row_logits: per model row, its (tokens, num_labels) logits.
-        read_at: per sentence, `(rows, positions)`: for each word, the row and
-            the token position its label is read from (its first piece, in the
-            window where it has the most context).
+        read_at: per sentence, (words, 2): for each word, the row and the token
+            position its label is read from (its first piece, in the window
+            where it has the most context).
         num_labels: the number of labels.
 
     Returns:
@@ -157,12 +157,12 @@ def word_probabilities(row_logits, read_at, num_labels: int) -> list[np.ndarray]
 
     Example:
         >>> rows = [np.array([[0.0, 0.0], [2.0, 0.0], [0.0, 9.0]])]
-        >>> [p.round(3).tolist() for p in word_probabilities(rows, [([0, 0], [1, 2])], 2)]
+        >>> [p.round(3).tolist() for p in word_probabilities(rows, [[[0, 1], [0, 2]]], 2)]
         [[[0.881, 0.119], [0.0, 1.0]]]
     """
     probabilities = []
-    for rows, positions in read_at:
-        logits = np.array([row_logits[r][p] for r, p in zip(rows, positions, strict=True)],
+    for read in read_at:
+        logits = np.array([row_logits[row][position] for row, position in read],
                           dtype=np.float64).reshape(-1, num_labels)  # (words, labels)
         exp = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities.append(exp / exp.sum(axis=1, keepdims=True))

@@ -1,24 +1,12 @@
 """Tagging (named-entity recognition): one tag per word, entities with character offsets.
 
-Words and word pieces. Each word is tokenized on its own (`tokenize_words`);
-its tag goes on its first word piece and its other pieces get the label -100,
-which the loss ignores (with `label_all_subtokens`, every piece gets the
-word's tag). The tag of a word is always read from its first piece. A word
-without pieces (control characters) becomes `[UNK]`, so no word is lost.
-
-Long sentences. With `W = sequence_length - 2` pieces per model input, windows
-of W pieces start every `window_stride` pieces (default `W // 2`); each window
-holds the words that fit in it whole (`bertkit.windows.word_windows`). A word
-is predicted by the window where it has the most context, counted in words
-(`bertkit.windows.max_context_windows`). So that every word fits whole in some
-window, a word keeps at most `W - stride + 1` pieces (64 at sequence length
-128, `tokenize_words(max_pieces=...)`): only its first piece carries its tag.
-The SavedModel cuts the same windows in the graph (`windowed_rows`).
-
-Raw text. Its words are the tokenizer's words (`words_with_offsets`), BERT's
-basic tokenization (split at whitespace and around punctuation and CJK
-characters); their character offsets come from the tokenizer's byte offsets.
-A list of words keeps its words.
+Preprocessing, `bertkit_tasks.tagging.preprocessor.TaggingPreprocessor`, in Python
+for training and `predict` and in TensorFlow ops for the SavedModel: each word is
+tokenized on its own and its tag goes on its first word piece (the others get
+the label -100, which the loss ignores, unless `label_all_subtokens`); a long
+sentence is read in windows of the words that fit whole in `sequence_length - 2`
+pieces, every `window_stride` pieces, each word in the window where it has the
+most context; a raw text's words are BERT's basic tokenization of it.
 
 Decoding, shared by evaluation, `predict` and the SavedModel
 (`bertkit_tasks.tagging.decoding`): with `decoding: constrained` (the default) a
@@ -38,20 +26,18 @@ import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.files import kind_from_name
-from bertkit.task import DataFiles, Features, Task, head_initializer, string_inputs
-from bertkit.windows import max_context_windows, word_windows
+from bertkit.task import DataFiles, Task, head_initializer, string_inputs
 from bertkit_tasks.tagging.conll import read_conll, read_tagged_jsonl
 from bertkit_tasks.tagging.conlleval import evaluate as conll_evaluate
 from bertkit_tasks.tagging.conlleval import format_report, split_tag
+from bertkit_tasks.tagging.preprocessor import IGNORED, TaggingPreprocessor
 from bertkit_tasks.tagging.schemes import (
     TagSchemeError,
     allowed_transitions,
     chunks_to_tags,
     convert_tags,
 )
-from bertkit_tasks.tagging.word_pieces import sentence_word_pieces
 
-IGNORED = -100  # label of the pieces the loss skips
 Scheme = Literal["iob1", "iob2", "bioes"]
 
 
@@ -115,12 +101,12 @@ class TaggingTask(Task):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.window_size = self.sequence_length - 2  # pieces between [CLS] and [SEP]
-        self.stride = self.options.window_stride or max(1, self.window_size // 2)
-        if self.stride > self.window_size:
-            raise UserError(f"must be at most sequence_length - 2 = {self.window_size}, "
-                            f"got {self.stride}", key="task.window_stride")
-        self.max_word_pieces = self.window_size - self.stride + 1
+        self._preprocessor = TaggingPreprocessor(  # checks window_stride now, not mid-run
+            self.tokenizer, self.sequence_length, self.options.window_stride,
+            self.options.label_all_subtokens)
+
+    def preprocessor(self) -> TaggingPreprocessor:
+        return self._preprocessor
 
     # ---- data
     def read(self, path):
@@ -156,40 +142,10 @@ class TaggingTask(Task):
 
     def featurize(self, examples, training):
         label_ids = {label: i for i, label in enumerate(self.state.get("labels", []))}
-        token_ids, labels, example_index, read_at, char_offsets = [], [], [], [], []
-        word_pieces = sentence_word_pieces(self.tokenizer, examples, self.max_word_pieces)
-        for index, (example, (pieces, lengths, chars)) in enumerate(
-                zip(examples, word_pieces, strict=True)):
-            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # (words + 1,)
-            windows = word_windows(offsets, self.window_size, self.stride)
-            piece_labels = self._piece_labels(example, lengths, label_ids)
-            first_row = len(token_ids)
-            for first, end in windows:
-                span = slice(offsets[first], offsets[end])
-                token_ids.append(np.concatenate([[self.tokenizer.cls_id], pieces[span],
-                                                 [self.tokenizer.sep_id]]).astype(np.int32))
-                labels.append(np.concatenate([[IGNORED], piece_labels[span], [IGNORED]]))
-                example_index.append(index)
-            owner = np.array(max_context_windows(windows, len(lengths)), dtype=np.int64)
-            window_start = offsets[np.array([windows[w][0] for w in owner], dtype=np.int64)]
-            # where each word is read: the row of its owner window, the position of its 1st piece
-            read_at.append((first_row + owner, 1 + offsets[:-1] - window_start))
-            char_offsets.append(chars)
-        columns = {"token_ids": token_ids, "segment_ids": [np.zeros_like(t) for t in token_ids],
-                   "labels": labels}
-        return Features(columns, np.array(example_index), pad_values={"labels": IGNORED},
-                        extras={"read_at": read_at, "char_offsets": char_offsets})
-
-    def _piece_labels(self, example, lengths, label_ids: dict) -> np.ndarray:
-        """(pieces,) label ids: the word's tag on its first piece (or all), else IGNORED."""
-        if not getattr(example, "tags", None):
-            return np.full(int(lengths.sum()), IGNORED, dtype=np.int32)
-        labels = []
-        for tag, count in zip(self._model_tags(example), lengths, strict=True):
-            label = label_ids.get(tag, IGNORED)  # a tag unseen in training (evaluation data)
-            rest = label if self.options.label_all_subtokens else IGNORED
-            labels += [label] + [rest] * (int(count) - 1)
-        return np.array(labels, dtype=np.int32)
+        # a tag unseen in training (evaluation data) is IGNORED; untagged inputs have none
+        labels = [[label_ids.get(tag, IGNORED) for tag in self._model_tags(example)]
+                  if getattr(example, "tags", None) else None for example in examples]
+        return self._preprocessor.featurize(examples, labels)
 
     def make_batch(self, batch, training, rng):
         inputs = {key: batch[key] for key in ("token_ids", "segment_ids", "padding_mask")}
@@ -290,17 +246,13 @@ class TaggingTask(Task):
         """Raw texts -> entities, windowed and decoded in the graph as `featurize`/`decode` do."""
         import tensorflow as tf
 
-        from bertkit.windows import windowed_rows
         from bertkit_tasks.tagging.decoding import graph_entities
 
-        texts = inputs["text"]
-        pieces, byte_starts, byte_ends = self.tokenizer.words_with_offsets(
-            texts, max_pieces=self.max_word_pieces)
-        rows, row, position = windowed_rows(pieces, self.window_size, self.stride,
-                                            self.tokenizer.cls_id, self.tokenizer.sep_id)
-        token_ids = rows.to_tensor(self.tokenizer.pad_id)  # (rows, longest row)
-        logits = model({"token_ids": token_ids, "segment_ids": tf.zeros_like(token_ids),
-                        "padding_mask": tf.ones_like(rows).to_tensor()}, training=False)
-        word_logits = tf.gather_nd(logits, tf.stack([row, position], 1))  # (words, labels)
-        return graph_entities(texts, byte_starts, byte_ends, word_logits, self.labels,
-                              self.allowed_transitions)
+        rows = self._preprocessor.serve(inputs)
+        token_ids = rows["token_ids"]  # (rows, (pieces))
+        logits = model({"token_ids": token_ids.to_tensor(self.tokenizer.pad_id),
+                        "segment_ids": rows["segment_ids"].to_tensor(),
+                        "padding_mask": tf.ones_like(token_ids).to_tensor()}, training=False)
+        word_logits = tf.gather_nd(logits, rows["read_at"].flat_values)  # (words, labels)
+        return graph_entities(inputs["text"], rows["byte_starts"], rows["byte_ends"],
+                              word_logits, self.labels, self.allowed_transitions)

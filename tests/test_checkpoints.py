@@ -18,14 +18,11 @@ import tensorflow as tf
 from safetensors.numpy import load_file, save_file
 
 from bertkit.errors import UserError
-from bertkit.model import checkpoints
-from bertkit.model.checkpoints import (
-    google_checkpoint_to_hf,
-    infer_do_lower_case,
-    prepare_hf_dir,
-    read_torch_bin,
-    torch_bin_to_safetensors,
-)
+from bertkit.model import torch_checkpoint
+from bertkit.model.checkpoints import prepare_hf_dir
+from bertkit.model.google_checkpoint import google_checkpoint_to_hf
+from bertkit.model.hf_files import infer_do_lower_case
+from bertkit.model.torch_checkpoint import read_torch_bin, torch_bin_to_safetensors
 from tests.numpy_bert import gelu, numpy_bert_forward
 
 # keras-hub's BertBackbone uses the tanh GELU, so "gelu_new" makes the comparison exact.
@@ -372,7 +369,7 @@ def test_torch_bin_round_trips_every_layout(tmp_path, byteorder):
 
 
 def test_torch_bin_bfloat16_without_ml_dtypes(tmp_path, monkeypatch):
-    monkeypatch.setattr(checkpoints, "ml_dtypes", None)
+    monkeypatch.setattr(torch_checkpoint, "ml_dtypes", None)
     cases = mixed_tensors()
     path = write_torch_bin(tmp_path / "model.bin", {"bfloat16": cases["bfloat16"][1]})
     loaded = read_torch_bin(path)["bfloat16"]

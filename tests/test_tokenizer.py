@@ -6,15 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import bertkit.model.tokenizer
+import bertkit.model.token_rows
 from bertkit.errors import UserError
-from bertkit.model.tokenizer import (
-    WordPieceTokenizer,
-    batch_substrings,
-    character_offsets,
-    split_word_rows,
-    tokenize_in_chunks,
-)
+from bertkit.model.token_rows import split_word_rows, tokenize_in_chunks
+from bertkit.model.tokenizer import WordPieceTokenizer, batch_substrings, character_offsets
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cafe", "the", "film", "good", "##s",
          "a", "b", "c", "d", "e", "f", ".", "Film"]
@@ -127,7 +122,7 @@ def test_character_offsets_numpy_and_graph_agree():
 
 
 def test_tokenize_in_chunks_keeps_order(monkeypatch):
-    monkeypatch.setattr(bertkit.model.tokenizer, "_CHUNK", 2)
+    monkeypatch.setattr(bertkit.model.token_rows, "_CHUNK", 2)
     tokenizer = WordPieceTokenizer(VOCAB, lowercase=True)
     texts = ["good", "", "the film", "a b c", "films"]
     rows = tokenize_in_chunks(tokenizer.tokenize, texts)

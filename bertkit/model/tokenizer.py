@@ -19,7 +19,8 @@ This matches Hugging Face's tokenizer on SQuAD and CoNLL-2003 piece for piece.
 
 Words (`words_with_offsets`) are read back from the pieces, so they are BERT's
 basic tokenization; `character_offsets` (NumPy) and `batch_substrings`
-(TensorFlow) turn the tokenizer's byte offsets into character offsets.
+(TensorFlow) turn the tokenizer's byte offsets into character offsets;
+`bertkit.model.token_rows` turns its ragged outputs into NumPy rows.
 """
 
 from __future__ import annotations
@@ -31,9 +32,14 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.model.token_rows import (  # noqa: F401 (tasks import the last two from here)
+    in_chunks,
+    split_rows,
+    split_word_rows,
+    tokenize_in_chunks,
+)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-_CHUNK = 2048  # strings per eager tokenizer call: large enough to amortize op dispatch
 
 
 def vocabulary_is_cased(vocabulary: list[str]) -> bool:
@@ -238,67 +244,6 @@ def read_vocabulary(path) -> list[str]:
     except FileNotFoundError:
         raise UserError("vocabulary file not found", source=path) from None
     return [line.rstrip("\r") for line in text.rstrip("\n").split("\n")]
-
-
-def in_chunks(items: list, size: int = _CHUNK):
-    """`items` in consecutive slices of at most `size`: the unit of one eager tokenizer call.
-
-    Example:
-        >>> [list(chunk) for chunk in in_chunks(list(range(5)), 2)]
-        [[0, 1], [2, 3], [4]]
-    """
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
-def split_rows(ragged) -> list[np.ndarray]:
-    """(batch, (n)) ragged -> one int32 numpy array per row.
-
-    Example:
-        >>> import tensorflow as tf
-        >>> [row.tolist() for row in split_rows(tf.ragged.constant([[5, 6], [], [7]]))]
-        [[5, 6], [], [7]]
-    """
-    values = ragged.flat_values.numpy().astype(np.int32)
-    splits = ragged.row_splits.numpy()
-    return [values[a:b] for a, b in zip(splits[:-1], splits[1:], strict=True)]
-
-
-def split_word_rows(pieces) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(batch, (words), (pieces)) ragged -> per row: its piece ids (flat), pieces per word.
-
-    Example:
-        >>> import tensorflow as tf
-        >>> [(ids.tolist(), lengths.tolist()) for ids, lengths
-        ...  in split_word_rows(tf.ragged.constant([[[5, 6], [7]], [], [[8]]]))]
-        [([5, 6, 7], [2, 1]), ([], []), ([8], [1])]
-    """
-    ids = pieces.flat_values.numpy().astype(np.int32)
-    lengths = pieces.values.row_lengths().numpy()
-    word_splits, piece_splits = pieces.row_splits.numpy(), pieces.values.row_splits.numpy()
-    return [(ids[piece_splits[a]:piece_splits[b]], lengths[a:b])
-            for a, b in zip(word_splits[:-1], word_splits[1:], strict=True)]
-
-
-def tokenize_in_chunks(tokenize, texts: list[str]) -> list[tuple]:
-    """Per text, a tuple of its numpy rows (`split_rows`) of each ragged tensor `tokenize` returns.
-
-    Calls `tokenize` (a `WordPieceTokenizer` op) eagerly on chunks of texts.
-
-    Example:
-        >>> tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "good"], True)
-        >>> [(ids.tolist(), starts.tolist(), ends.tolist()) for ids, starts, ends
-        ...  in tokenize_in_chunks(tokenizer.tokenize_with_offsets, ["good", "", "Good good"])]
-        [([4], [0], [4]), ([], [], []), ([4, 4], [0, 5], [4, 9])]
-    """
-    import tensorflow as tf
-
-    rows = []
-    for chunk in in_chunks(texts):
-        outputs = tokenize(tf.constant(chunk, tf.string))
-        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-        rows += zip(*(split_rows(output) for output in outputs), strict=True)
-    return rows
 
 
 # ---- byte offsets (the tokenizer's) -> character offsets (Python's)

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.model.tokenizer import split_rows, tokenize_in_chunks
+from bertkit.model.token_rows import split_rows, tokenize_in_chunks
 from bertkit.task import DataFiles, Features, Task, head_initializer, string_inputs
 from bertkit_tasks.mlm.fill_mask import encode_queries, mask_positions
 from bertkit_tasks.mlm.masking import (

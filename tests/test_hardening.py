@@ -751,14 +751,14 @@ def test_a_disk_full_for_the_weights_is_one_line_and_leaves_no_partial_file(
     import keras
 
     from bertkit import cli
-    from bertkit.training import callbacks
+    from bertkit.training import weights
 
     def partly(model, path, **kwargs):  # half the file written, then the disk is full
         Path(path).write_bytes(b"\x89HDF" * 1000)
         writer(model, path, **kwargs)
 
     if writer == "statvfs":
-        monkeypatch.setattr(callbacks.os, "statvfs", lambda path: types.SimpleNamespace(
+        monkeypatch.setattr(weights.os, "statvfs", lambda path: types.SimpleNamespace(
             f_bavail=10, f_frsize=4096))
     else:
         monkeypatch.setattr(keras.saving, "save_weights", partly)

@@ -10,7 +10,7 @@ import yaml
 
 from bertkit.progress import Cadence, CountProgress
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
-from bertkit.training.callbacks import TrainingProgress
+from bertkit.training.step_callbacks import TrainingProgress
 
 LINE = re.compile(r"^epoch (\d+)/2  step (\d+)/(\d+) \(\d+%\)  loss \d+\.\d{4}  lr \S+  "
                   r"\d+\.\d seq/s  eta \d+:\d\d$")

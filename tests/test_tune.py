@@ -194,7 +194,7 @@ class ScriptedTrial:
 
 @pytest.mark.parametrize("epoch, stops", [(0, True), (1, False)])
 def test_the_last_epoch_is_reported_but_never_pruned(epoch, stops):
-    from bertkit.training.callbacks import ReportToTrial
+    from bertkit.tuning.pruning import ReportToTrial
 
     trial = ScriptedTrial()
     callback = ReportToTrial(trial, "val_accuracy")

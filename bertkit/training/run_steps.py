@@ -186,17 +186,14 @@ def fit_callbacks(built: BuiltRun, recipe: Recipe, settings: FitSettings, phases
                   history: list) -> tuple[list, object]:
     """The callbacks of a run's `fit`, in order, and its `TrackRun` (best epoch)."""
     from bertkit.serving.export import tensorflow_available
-    from bertkit.training.callbacks import (
-        AtomicBackupAndRestore,
-        Evaluate,
+    from bertkit.training.callbacks import Evaluate, SetEpoch, StopOnNonFiniteLoss, TrackRun
+    from bertkit.training.step_callbacks import (
         RecordSteps,
-        SetEpoch,
         StepTensorBoard,
-        StopOnNonFiniteLoss,
         TimeSteps,
-        TrackRun,
         TrainingProgress,
     )
+    from bertkit.training.weights import AtomicBackupAndRestore
 
     training, run, writes = recipe.training, settings.run, settings.writes
     task, validation, steps = built.data.task, built.validation, len(built.batches)
@@ -236,7 +233,7 @@ def finish(built: BuiltRun, recipe: Recipe, settings: FitSettings, phases, *,
     writing process) metrics, report, the task's artifacts and the SavedModel.
     `compiled` (a `CompileCounter`) goes to `run.json`. Returns the `FineTunedModel`."""
     from bertkit.serving.finetuned import FineTunedModel
-    from bertkit.training.callbacks import load_model_weights
+    from bertkit.training.weights import load_model_weights
 
     run, model, validation = settings.run, built.model, built.validation
     description, predictions = built.data.description, None

@@ -15,6 +15,32 @@ Layout of the study folder (default `<output_dir>.study/`)::
     trial-0000/ ... trial-NNNN/   one run directory per trial; run.json says if pruned
     best -> trial-NNNN            the best trial so far (its saved_model/ is the one to ship)
     report.md, optimization_history.png, param_importances.png
+
+Example (a tiny random backbone and generated data; skipped in the test run, which
+covers it in tests/test_tune.py, because each trial takes seconds):
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = write_tiny_checkpoint(folder / "tiny")
+    >>> _ = write_sentiment_tsv(folder / "train.tsv", 64)
+    >>> _ = write_sentiment_tsv(folder / "dev.tsv", 16, seed=1)
+    >>> study = tune({"schema": 1, "task": "classification",
+    ...     "backbone": {"preset": str(folder / "tiny"), "sequence_length": 32},
+    ...     "data": {"train": str(folder / "train.tsv"), "text": "sentence",
+    ...              "validation": str(folder / "dev.tsv")},
+    ...     "training": {"epochs": 1, "batch_size": 16},
+    ...     "output_dir": str(folder / "run"),
+    ...     "search": {"trials": 2, "training.learning_rate": [1e-4, 1e-3]}},
+    ...     verbose=0)  # doctest: +SKIP
+    trial 0: learning_rate=0.0001
+    ...
+    study report written to ...
+    >>> [(t.number, t.state.name) for t in study.trials]  # doctest: +SKIP
+    [(0, 'COMPLETE'), (1, 'COMPLETE')]
+    >>> sorted(p.name for p in (folder / "run.study").iterdir())  # doctest: +SKIP
+    ['best', 'optimization_history.png', 'param_importances.png', 'report.md', 'study.db',
+     'trial-0000', 'trial-0001']
 """
 
 from __future__ import annotations
@@ -57,47 +83,31 @@ def tune(recipe, *, trials: int | None = None, timeout: float | None = None,
         heartbeat_seconds: how often a worker tells the storage its trial is alive.
         verbose: Keras progress output of each trial (see `finetune`).
 
-    Example (a tiny random backbone and generated data; skipped in the test run, which
-    covers it in tests/test_tune.py, because each trial takes seconds):
-        >>> import tempfile
-        >>> from pathlib import Path
-        >>> from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
-        >>> folder = Path(tempfile.mkdtemp())
-        >>> _ = write_tiny_checkpoint(folder / "tiny")
-        >>> _ = write_sentiment_tsv(folder / "train.tsv", 64)
-        >>> _ = write_sentiment_tsv(folder / "dev.tsv", 16, seed=1)
-        >>> study = tune({"schema": 1, "task": "classification",
-        ...     "backbone": {"preset": str(folder / "tiny"), "sequence_length": 32},
-        ...     "data": {"train": str(folder / "train.tsv"), "text": "sentence",
-        ...              "validation": str(folder / "dev.tsv")},
-        ...     "training": {"epochs": 1, "batch_size": 16},
-        ...     "output_dir": str(folder / "run"),
-        ...     "search": {"trials": 2, "training.learning_rate": [1e-4, 1e-3]}},
-        ...     verbose=0)  # doctest: +SKIP
-        trial 0: learning_rate=0.0001
-        ...
-        study report written to ...
-        >>> [(t.number, t.state.name) for t in study.trials]  # doctest: +SKIP
-        [(0, 'COMPLETE'), (1, 'COMPLETE')]
-        >>> sorted(p.name for p in (folder / "run.study").iterdir())  # doctest: +SKIP
-        ['best', 'optimization_history.png', 'param_importances.png', 'report.md', 'study.db',
-         'trial-0000', 'trial-0001']
+    Example: see the module's docstring.
     """
-    optuna = require_optuna()
+    require_optuna()
     base = load_search_recipe(recipe, overrides)
     check_search(base)  # a missing file or validation split fails once here, not every trial
     place = StudyPlace.of(base, output_dir, storage, study_name)
-    optuna.logging.set_verbosity(optuna.logging.ERROR)  # a line per trial is printed here
-    study = open_study(place, base, heartbeat_seconds, create=True)
-    if storage:  # a shared storage: workers elsewhere join this study by its name
-        print(f"study '{place.name}' (other workers join it with --study {place.name})",
-              flush=True)
+    study = _start_study(place, base, heartbeat_seconds, shared=bool(storage))
     target = trials or base.search.options.trials
     objective = Objective(recipe, list(overrides or []), base, place.folder, target, verbose)
     seconds = timeout or base.search.options.timeout
     deadline = seconds and time.monotonic() + seconds
     run_trials(study, objective, deadline, poll_seconds=min(heartbeat_seconds, 10))
     write_study_report(study, place.folder)
+    return study
+
+
+def _start_study(place: StudyPlace, base: Recipe, heartbeat_seconds: int, shared: bool):
+    """Opens (or creates) the study; on a shared storage, says how others join it."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # a line per trial is printed here
+    study = open_study(place, base, heartbeat_seconds, create=True)
+    if shared:  # workers elsewhere join this study by its name
+        print(f"study '{place.name}' (other workers join it with --study {place.name})",
+              flush=True)
     return study
 
 
@@ -243,8 +253,8 @@ class Objective:
 
     def _finetune(self, trial, values: dict, run: RunDirectory) -> int | None:
         """Fine-tunes the trial's recipe; the epoch after which it was pruned, if it was."""
-        from bertkit.training.callbacks import ReportToTrial
         from bertkit.training.trainer import finetune
+        from bertkit.tuning.pruning import ReportToTrial
 
         recipe = load_recipe(self.recipe, [*self.overrides, *self.space.overrides(values)])
         reporter = ReportToTrial(trial, f"val_{self.monitor}")

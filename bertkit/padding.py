@@ -3,7 +3,7 @@
 Padding every batch to `sequence_length` wastes most of the compute on real
 sentence lengths; padding each batch to its own longest row, rounded up to one
 of a few bucket lengths, keeps the number of compiled programs (XLA, JAX)
-bounded. Training (`bertkit.batching.steps`) and prediction (`bertkit.serving.inference`) pad
+bounded. Training (`bertkit.batching.layouts`) and prediction (`bertkit.serving.inference`) pad
 with the same functions, so a model sees the same shapes in both.
 """
 

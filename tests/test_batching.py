@@ -4,8 +4,8 @@ import keras
 import numpy as np
 import pytest
 
+from bertkit.batching.orders import epoch_batches
 from bertkit.batching.plan import BatchPlan
-from bertkit.batching.steps import epoch_batches
 from bertkit.padding import bucket_lengths, padded_length, padding_lengths
 from bertkit.task import Features
 

@@ -4,8 +4,9 @@ import keras
 import numpy as np
 import pytest
 
+from bertkit.batching.orders import random_batches, split_by_length
 from bertkit.batching.plan import BatchPlan
-from bertkit.batching.steps import normalize_weights, random_batches, split_by_length
+from bertkit.batching.steps import normalize_weights
 from bertkit.errors import UserError
 from bertkit.padding import bucket_lengths, padded_length
 from bertkit.recipes.recipe import TrainingConfig, load_recipe

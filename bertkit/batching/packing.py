@@ -110,32 +110,50 @@ def pack_batch(features: Features, rows: np.ndarray, pad_lengths: tuple[int, ...
     lengths = features.lengths(rows)
     width = packing_width(int(lengths.max()), pad_lengths)
     layout = pack_lengths(lengths, width)
-    count = len(layout)
-    if row_counts:
-        count = row_counts[min(int(np.searchsorted(row_counts, count)), len(row_counts) - 1)]
-        count = max(count, len(layout))
-    shape = (count, width)
-    batch = {"padding_mask": np.zeros(shape, np.int32), "position_ids": np.zeros(shape, np.int32),
-             "sequence_index": np.zeros(shape, np.int32),
-             "first_token_index": np.zeros(len(rows), np.int32), "row_index": rows}
     columns = {name: column for name, column in features.columns.items()
                if features.is_sequence(name)}
-    for name, column in columns.items():
-        dtype = np.asarray(column[rows[0]]).dtype
-        batch[name] = np.full(shape, features.pad_values.get(name, 0), dtype=dtype)
+    batch = _empty_packed_batch(features, columns, rows,
+                                (_packed_row_count(len(layout), row_counts), width))
     for packed_row, members in enumerate(layout):
-        start = 0
-        for number, member in enumerate(members, start=1):
-            size = int(lengths[member])
-            span = slice(start, start + size)
-            for name, column in columns.items():
-                batch[name][packed_row, span] = column[rows[member]]
-            batch["padding_mask"][packed_row, span] = 1
-            batch["position_ids"][packed_row, span] = np.arange(size)
-            batch["sequence_index"][packed_row, span] = number
-            batch["first_token_index"][member] = packed_row * width + start
-            start += size
+        _place_rows(batch, columns, rows, lengths, packed_row, members)
     for name, column in features.columns.items():
         if not features.is_sequence(name):
             batch[name] = np.asarray(column)[rows]
     return batch
+
+
+def _packed_row_count(count: int, row_counts: tuple[int, ...] | None) -> int:
+    """`count` packed rows, or the next number of `row_counts` that holds them."""
+    if not row_counts:
+        return count
+    allowed = row_counts[min(int(np.searchsorted(row_counts, count)), len(row_counts) - 1)]
+    return max(allowed, count)
+
+
+def _empty_packed_batch(features: Features, columns: dict, rows: np.ndarray,
+                        shape: tuple[int, int]) -> dict:
+    """The packing inputs, zeros, and each sequence column of `columns` as its padding."""
+    batch = {"padding_mask": np.zeros(shape, np.int32), "position_ids": np.zeros(shape, np.int32),
+             "sequence_index": np.zeros(shape, np.int32),
+             "first_token_index": np.zeros(len(rows), np.int32), "row_index": rows}
+    for name, column in columns.items():
+        dtype = np.asarray(column[rows[0]]).dtype
+        batch[name] = np.full(shape, features.pad_values.get(name, 0), dtype=dtype)
+    return batch
+
+
+def _place_rows(batch: dict, columns: dict, rows: np.ndarray, lengths: np.ndarray,
+                packed_row: int, members: list[int]) -> None:
+    """Writes `members` (indices into `rows`) end to end into packed row `packed_row`."""
+    width = batch["padding_mask"].shape[1]
+    start = 0
+    for number, member in enumerate(members, start=1):
+        size = int(lengths[member])
+        span = slice(start, start + size)
+        for name, column in columns.items():
+            batch[name][packed_row, span] = column[rows[member]]
+        batch["padding_mask"][packed_row, span] = 1
+        batch["position_ids"][packed_row, span] = np.arange(size)
+        batch["sequence_index"][packed_row, span] = number
+        batch["first_token_index"][member] = packed_row * width + start
+        start += size

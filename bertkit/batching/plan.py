@@ -9,9 +9,11 @@ The plan then hands out what a run trains on: `training_batches` (the steps of e
 epoch) and `model_to_fit` (the task's model, or the same layers taking packed rows).
 
 Each way of making batches is a small strategy class (as spaCy's batchers are): an
-order decides which rows form each step (`bertkit.batching.steps.LengthBuckets`,
-`RandomMicroBatches`), a layout turns a step's rows into arrays (`PaddedSteps`,
-`PackedSteps`). The training loop never learns how batches are made.
+order decides which rows form each step (`bertkit.batching.orders`: `LengthBuckets`,
+`RandomMicroBatches`), a layout turns a step's rows into arrays
+(`bertkit.batching.layouts`: `PaddedSteps`, `PackedSteps`), and
+`bertkit.batching.steps.TrainingBatches` makes the steps. The training loop never learns
+how batches are made.
 
 Example:
     >>> plan = BatchPlan(batch_size=32, buckets=(16, 32, 64), order="random",
@@ -128,7 +130,7 @@ class BatchPlan:
     # ---- what a run trains on
     def order_strategy(self, lengths: np.ndarray):
         """Which rows form each step of an epoch, for rows of these token counts."""
-        from bertkit.batching.steps import LengthBuckets, RandomMicroBatches
+        from bertkit.batching.orders import LengthBuckets, RandomMicroBatches
 
         if self.order == "random":
             return RandomMicroBatches(lengths, self.batch_size, self.seed, self.micro_batches,
@@ -137,7 +139,7 @@ class BatchPlan:
 
     def layout(self):
         """How a step's rows become arrays: padded, or packed."""
-        from bertkit.batching.steps import PackedSteps, PaddedSteps
+        from bertkit.batching.layouts import PackedSteps, PaddedSteps
 
         if self.packing:
             return PackedSteps(self.pad_lengths, self.packed_row_counts)

@@ -1,0 +1,44 @@
+"""The layouts a `BatchPlan` picks: how a step's rows become the model's arrays, padded
+(`PaddedSteps`) or packed end to end into long rows (`PackedSteps`, see
+`bertkit.batching.packing`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bertkit.batching.packing import PACKING_INPUTS, pack_batch
+from bertkit.padding import pad_batch
+from bertkit.task import Features
+
+
+class PaddedSteps:
+    """Layout: a step's rows padded to the smallest of `pad_lengths` that holds them."""
+
+    def __init__(self, pad_lengths: tuple):
+        self.pad_lengths = pad_lengths
+
+    def make(self, task, features: Features, rows: np.ndarray, longest: int, rng):
+        padded = pad_batch(features, rows, self.pad_lengths, longest=longest)
+        return task.make_batch(padded, training=True, rng=rng)
+
+    def model_to_fit(self, model, backbone):
+        return model
+
+
+class PackedSteps:
+    """Layout: a step's rows packed end to end into long rows (`bertkit.batching.packing`), for the
+    task's model re-wired to take them (`bertkit.model.packed_backbone`)."""
+
+    def __init__(self, pad_lengths: tuple, row_counts: tuple | None):
+        self.pad_lengths, self.row_counts = pad_lengths, row_counts
+
+    def make(self, task, features: Features, rows: np.ndarray, longest: int, rng):
+        packed = pack_batch(features, rows, self.pad_lengths, self.row_counts)
+        inputs, targets, weights = task.make_batch(packed, training=True, rng=rng)
+        return {**inputs, **{name: packed[name] for name in PACKING_INPUTS}}, targets, weights
+
+    def model_to_fit(self, model, backbone):
+        from bertkit.model.packed_backbone import packed_training_model
+
+        return packed_training_model(model, backbone)

@@ -9,7 +9,7 @@ The run then trains data parallel over the devices of all processes
 by XLA across processes: on CPU through gloo, JAX's default CPU collectives.
 
 - **Data.** `batch_size` is the global batch. Each batch (filled to a multiple
-  of the device count with rows of weight 0, see `bertkit.batching.steps.fill_rows`)
+  of the device count with rows of weight 0, see `bertkit.padding.fill_rows`)
   is cut into as many equal consecutive shares as there are processes; process
   `p` pads and feeds share `p` only (`process_share`), padded to the width of
   the whole batch so that all shares have one shape.
@@ -72,8 +72,15 @@ def start_processes(coordinator: str | None = None, num_processes: int | None = 
         return False
     if keras.backend.backend() != "jax":
         raise_tensorflow_multi_worker_error("--num-processes")
-    coordinator, num_processes, process_id = settings
-    startup_timeout = startup_timeout or _startup_timeout_variable()
+    _join_jax_job(*settings, heartbeat_timeout,
+                  startup_timeout or _startup_timeout_variable())
+    return True
+
+
+def _join_jax_job(coordinator: str, num_processes: int, process_id: int,
+                  heartbeat_timeout: int, startup_timeout: int) -> None:
+    """`jax.distributed.initialize`, saying on stderr what it waits for, given up with one
+    line after `startup_timeout` seconds."""
     import jax
 
     address = coordinator.split(",")[0].strip()
@@ -91,7 +98,6 @@ def start_processes(coordinator: str | None = None, num_processes: int | None = 
                                    initialization_timeout=startup_timeout + 60,  # ours first
                                    heartbeat_timeout_seconds=heartbeat_timeout,
                                    shutdown_timeout_seconds=SHUTDOWN_TIMEOUT)
-    return True
 
 
 @contextlib.contextmanager

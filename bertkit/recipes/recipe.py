@@ -28,9 +28,10 @@ import yaml
 from bertkit.batching.plan import BatchPlan
 from bertkit.errors import UserError
 from bertkit.recipes import schema
+from bertkit.recipes.overrides import apply_overrides
 from bertkit.recipes.search_space import SearchSpace, parse_search
 from bertkit.recipes.search_space import json_schema as search_json_schema
-from bertkit.recipes.yaml_source import load_yaml, parse_scalar
+from bertkit.recipes.yaml_source import load_yaml
 from bertkit.registry import load_task, task_names
 
 SCHEMA_VERSION = 1
@@ -158,74 +159,19 @@ def load_recipe(recipe, overrides: list[str] | None = None, **sections) -> Recip
     if not isinstance(raw, dict):
         raise UserError("a recipe is a mapping of sections: " + ", ".join(_SECTIONS),
                         source=origin.source, line=1)
-    overridden = _apply_overrides(raw, overrides or [], sections)
+    overridden = apply_overrides(raw, overrides or [], sections)
     override_origin = schema.Origin("--set", {}, Path.cwd())
     return _build_recipe(raw, origin, override_origin, overridden, default_output)
-
-
-def _apply_overrides(raw: dict, overrides: list[str], sections: dict) -> set:
-    """Applies overrides in place; returns the key paths they set (for error locations)."""
-    touched = set()
-    for text in overrides:
-        key, sep, value = text.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"expected KEY=VALUE, got '{text}'", source="--set")
-        path = tuple(key.strip().split("."))
-        _set_path(raw, path, parse_scalar(value, key.strip()) if value.strip() else None, text)
-        touched.add(path)
-    for section, value in sections.items():
-        if isinstance(value, dict) and isinstance(raw.get(section), dict):
-            raw[section] = {**raw[section], **value}
-            touched.update((section, key) for key in value)
-        else:
-            raw[section] = value
-            touched.add((section,))
-    return touched
-
-
-def _set_path(raw: dict, path: tuple, value, text: str) -> None:
-    node = raw
-    for i, part in enumerate(path[:-1]):
-        child = node.get(part)
-        if child is None or isinstance(child, str) and (i, part) == (0, "task"):
-            child = {"name": child} if part == "task" and isinstance(child, str) else {}
-            node[part] = child
-        if not isinstance(child, dict):
-            raise UserError(f"'{'.'.join(path[:i + 1])}' is not a section", source="--set",
-                            key=".".join(path))
-        node = child
-    node[path[-1]] = value
 
 
 def _build_recipe(raw: dict, file_origin, override_origin, touched: set,
                   default_output) -> Recipe:
     origin = schema.MixedOrigin(file_origin, override_origin, touched)
-    for key in raw:
-        if key not in _SECTIONS:
-            message = schema._unknown_key_message(key, dict.fromkeys(_SECTIONS))
-            raise origin.error(message, (key,))
-    if "schema" not in raw:
-        raise origin.error(f"missing required key 'schema' (this bertkit reads schema "
-                           f"{SCHEMA_VERSION})", ("schema",))
-    if raw["schema"] != SCHEMA_VERSION:
-        raise origin.error(f"unsupported schema {raw['schema']!r}; this bertkit reads "
-                           f"schema {SCHEMA_VERSION}", ("schema",))
+    _check_top_level(raw, origin)
     task_name, task_options = _task_section(raw, origin)
     where = origin.error("", ("task",))
     task_class = load_task(task_name, source=where.source, line=where.line)
-    for section in ("backbone", "data"):
-        if not isinstance(raw.get(section), dict):
-            problem = ("missing required section" if raw.get(section) is None
-                       else "expected a mapping for")
-            raise origin.error(f"{problem} '{section}'", (section,))
-    data = schema.build(task_class.Data, raw["data"], origin, ("data",))
-    if data.train is None:
-        raise origin.error("missing required key 'train'", ("data", "train"))
-    backbone = schema.build(BackboneConfig, raw["backbone"], origin, ("backbone",))
-    backbone = _resolve_preset(backbone, origin.base_dir_for(("backbone", "preset")))
-    training = schema.build(TrainingConfig, raw.get("training") or {}, origin, ("training",))
-    BatchPlan.check_recipe(training, task_class,
-                           lambda message, key: origin.error(message, ("training", key)))
+    data, backbone, training = _build_sections(raw, origin, task_class)
     search = None
     if raw.get("search") is not None:
         search = parse_search(raw["search"], origin, {"training": TrainingConfig,
@@ -242,6 +188,38 @@ def _build_recipe(raw: dict, file_origin, override_origin, touched: set,
         source=file_origin.source,
         search=search,
     )
+
+
+def _check_top_level(raw: dict, origin) -> None:
+    """Known sections only, and the schema version this bertkit reads."""
+    for key in raw:
+        if key not in _SECTIONS:
+            message = schema._unknown_key_message(key, dict.fromkeys(_SECTIONS))
+            raise origin.error(message, (key,))
+    if "schema" not in raw:
+        raise origin.error(f"missing required key 'schema' (this bertkit reads schema "
+                           f"{SCHEMA_VERSION})", ("schema",))
+    if raw["schema"] != SCHEMA_VERSION:
+        raise origin.error(f"unsupported schema {raw['schema']!r}; this bertkit reads "
+                           f"schema {SCHEMA_VERSION}", ("schema",))
+
+
+def _build_sections(raw: dict, origin, task_class) -> tuple:
+    """The `data`, `backbone` (its preset resolved) and `training` sections, checked."""
+    for section in ("backbone", "data"):
+        if not isinstance(raw.get(section), dict):
+            problem = ("missing required section" if raw.get(section) is None
+                       else "expected a mapping for")
+            raise origin.error(f"{problem} '{section}'", (section,))
+    data = schema.build(task_class.Data, raw["data"], origin, ("data",))
+    if data.train is None:
+        raise origin.error("missing required key 'train'", ("data", "train"))
+    backbone = schema.build(BackboneConfig, raw["backbone"], origin, ("backbone",))
+    backbone = _resolve_preset(backbone, origin.base_dir_for(("backbone", "preset")))
+    training = schema.build(TrainingConfig, raw.get("training") or {}, origin, ("training",))
+    BatchPlan.check_recipe(training, task_class,
+                           lambda message, key: origin.error(message, ("training", key)))
+    return data, backbone, training
 
 
 def _output_dir(raw: dict, origin, default_output: Path) -> str:

@@ -1,4 +1,12 @@
-"""`finetune`: recipe -> fine-tuned model, run directory and SavedModel, with Keras `fit`."""
+"""`finetune`: recipe -> fine-tuned model, run directory and SavedModel, with Keras `fit`.
+
+An interrupted run (Ctrl-C, kill) resumes from its last finished epoch when `finetune` is
+called again with the same recipe and output directory.
+
+Called in every process of a multi-process job (after `keras.distribution.initialize` or
+`bertkit.parallel.multi_process.start_processes`), the processes train together; process
+0 alone writes the run directory (see `bertkit.parallel.multi_process`).
+"""
 
 from __future__ import annotations
 
@@ -40,12 +48,7 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
             the run finishes with the best epoch so far (`bertkit tune` prunes this way).
         **sections: recipe sections to merge, e.g. `training={"epochs": 1}`.
 
-    An interrupted run (Ctrl-C, kill) resumes from its last finished epoch when
-    called again with the same recipe and output directory.
-
-    Called in every process of a multi-process job (after `keras.distribution.
-    initialize` or `bertkit.parallel.multi_process.start_processes`), the processes train
-    together; process 0 alone writes the run directory (see `bertkit.parallel.multi_process`).
+    Resuming and multi-process jobs: see the module's docstring.
 
     Example:
         >>> import bertkit
@@ -54,39 +57,48 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         >>> model.predict(["What a delight."])[0]["label"]  # doctest: +SKIP
         'positive'
     """
-    from bertkit.parallel.multi_process import (
-        process_zero_decides,
-        quiet_unless_writer,
-        writes_run_directory,
-    )
+    from bertkit.parallel.multi_process import process_zero_decides, quiet_unless_writer
     from bertkit.training.phases import Phases
 
     phases = Phases()
     with phases("recipe"):
-        recipe = _as_recipe(recipe, overrides, sections, output_dir)
-        check_inputs(recipe, data_files=not features)  # before the run directory is touched
-        if features and not Path(features).is_file():
-            raise UserError("file not found", source=features)
-        run = RunDirectory(recipe.output_dir)
+        recipe, run = _checked_run(recipe, overrides, sections, output_dir, features)
         fresh = overwrite or run.is_empty()
-        writes = writes_run_directory()
     with contextlib.ExitStack() as held, quiet_unless_writer():
         with phases("recipe"):
             resuming = bool(process_zero_decides(
                 lambda: _open_run(held, run, recipe.to_yaml(), overwrite)))
-        try:
-            finetuned = _Trainer(recipe, run, resuming, verbose, features, phases,
-                                 callbacks).execute()
-        except UserError:
-            if not writes:
-                raise
-            if run.replaced_dir.is_dir():
-                run.restore_replaced()  # the run --overwrite was to replace comes back
-            elif fresh and not run.metrics_file.exists():
-                shutil.rmtree(run.path)  # nothing trained yet: leave no half-made run behind
+        return _train_or_undo(run, fresh, lambda: _Trainer(
+            recipe, run, resuming, verbose, features, phases, callbacks).execute())
+
+
+def _checked_run(recipe, overrides, sections, output_dir, features):
+    """The recipe, its files checked before the run directory is touched, and that directory."""
+    recipe = _as_recipe(recipe, overrides, sections, output_dir)
+    check_inputs(recipe, data_files=not features)
+    if features and not Path(features).is_file():
+        raise UserError("file not found", source=features)
+    return recipe, RunDirectory(recipe.output_dir)
+
+
+def _train_or_undo(run: RunDirectory, fresh: bool, train):
+    """`train()`'s result. When it fails, the writing process puts back the run `--overwrite`
+    was to replace, or removes a fresh run that trained nothing."""
+    from bertkit.parallel.multi_process import writes_run_directory
+
+    writes = writes_run_directory()
+    try:
+        finetuned = train()
+    except UserError:
+        if not writes:
             raise
-        if writes:
-            run.drop_replaced()
+        if run.replaced_dir.is_dir():
+            run.restore_replaced()  # the run --overwrite was to replace comes back
+        elif fresh and not run.metrics_file.exists():
+            shutil.rmtree(run.path)  # nothing trained yet: leave no half-made run behind
+        raise
+    if writes:
+        run.drop_replaced()
     return finetuned
 
 

@@ -19,11 +19,18 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 from bertkit.errors import UserError  # noqa: E402
 from bertkit.recipes.recipe import Recipe, load_recipe  # noqa: E402
-from bertkit.task import DataFiles, Features, NoOptions, Task, string_inputs  # noqa: E402
+from bertkit.task import (  # noqa: E402
+    DataFiles,
+    Features,
+    NoOptions,
+    PredictOption,
+    Task,
+    string_inputs,
+)
 
 __version__ = "0.1.0"
-__all__ = ["DataFiles", "Features", "NoOptions", "Recipe", "Task", "UserError", "finetune",
-           "load", "load_recipe", "string_inputs", "tune"]
+__all__ = ["DataFiles", "Features", "NoOptions", "PredictOption", "Recipe", "Task", "UserError",
+           "finetune", "load", "load_recipe", "string_inputs", "tune"]
 
 
 def finetune(recipe, **kwargs):

@@ -4,7 +4,8 @@ Every reader (CoNLL, SQuAD, tabular rows, pretraining corpora, recipes) goes
 through these functions, so a file has the same rules and its problems the
 same words wherever it is read: UTF-8 with an optional byte-order mark,
 `\\r\\n` or `\\n` line endings, JSON lines, the kind of file told by its name,
-`-` for stdin (`<stdin>` in messages), `predict`'s inputs (`predict_inputs`).
+`-` for stdin (`<stdin>` in messages), `predict`'s inputs (`predict_inputs`; with
+`arrives_over_time`, `bertkit.tabular.prediction_inputs` reads them as `bertkit predict` does).
 Each problem is a `UserError` naming the file (and the line where there is one):
 
     file not found
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import queue
+import stat
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -147,6 +150,22 @@ def predict_inputs(path) -> Iterator[object]:
     """
     for _, line in numbered_lines(path):
         yield _json_or_text(line) if line.strip() else None
+
+
+def arrives_over_time(path) -> bool:
+    """Whether a file (`-`: stdin) is a pipe, a terminal or a socket, whose lines arrive
+    over time (`tail -f log | bertkit predict`), rather than a file that can be read whole.
+
+    Example:
+        >>> import tempfile
+        >>> arrives_over_time(tempfile.mkstemp()[1]), arrives_over_time("/no/such/file")
+        (False, False)
+    """
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode if str(path) == "-" else os.stat(path).st_mode
+    except (OSError, ValueError, AttributeError):  # missing, or no stdin: reading says so
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
 
 
 def _json_or_text(line: str):

@@ -25,6 +25,7 @@ class TaskInfo:
     entry_point: str
     distribution: str
     description: str = ""
+    predict_options: tuple = ()  # the task's `PredictOption`s: flags of `bertkit predict`
     error: str | None = None
 
 
@@ -77,7 +78,8 @@ def describe_tasks() -> list[TaskInfo]:
         try:
             task_class = ep.load()
             description = (getattr(task_class, "description", "") or "").strip()
-            infos.append(TaskInfo(name, ep.value, _distribution(ep), description))
+            options = tuple(getattr(task_class, "predict_options", ()))
+            infos.append(TaskInfo(name, ep.value, _distribution(ep), description, options))
         except Exception as error:
             infos.append(TaskInfo(name, ep.value, _distribution(ep),
                                   error=f"{type(error).__name__}: {error}"))

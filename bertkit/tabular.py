@@ -7,7 +7,14 @@ import csv
 from collections.abc import Iterator
 
 from bertkit.errors import UserError
-from bertkit.files import kind_from_name, numbered_lines, read_json_lines, source_name
+from bertkit.files import (
+    arrives_over_time,
+    kind_from_name,
+    numbered_lines,
+    predict_inputs,
+    read_json_lines,
+    source_name,
+)
 
 FORMATS = ("csv", "tsv", "jsonl")
 # A longer cell is refused, named by file, line and column. Python's csv module stops at the
@@ -81,6 +88,36 @@ def column_inputs(path, fmt: str, column: str, pair_column: str | None = None) -
     for line, row in read_records(path, detect_format(path, fmt)):
         values = [_cell(row, name, path, line) for name in names]
         yield None if None in values else values[0] if len(values) == 1 else values
+
+
+def prediction_inputs(path, *, column: str | None = None, pair_column: str | None = None,
+                      file_format: str = "auto"):
+    """`predict`'s inputs from a file (`-`: stdin), read as `bertkit predict` reads them: one
+    per line (`bertkit.files.predict_inputs`), or with `column` one per data row of a TSV,
+    CSV or JSON-lines file (`column_inputs`).
+
+    A regular file's inputs come as a list, read whole before anything is predicted (its
+    errors come before a model loads); a pipe's, a terminal's or a socket's as an iterator,
+    to predict as they arrive (`bertkit.files.arrives_over_time`). This lives here rather
+    than in `bertkit.files` because it reads columns, and this module, which reads tabular
+    rows, is built on `bertkit.files`, which imports nothing of bertkit's above it.
+
+    Example:
+        >>> import tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "d.tsv")
+        >>> _ = open(path, "w").write("sentence\\tlabel\\nfine film\\t1\\n")
+        >>> prediction_inputs(path), prediction_inputs(path, column="sentence")
+        (['sentence\\tlabel', 'fine film\\t1'], ['fine film'])
+    """
+    if pair_column and not column:
+        raise UserError("pair_column needs column (the first text's column)")
+    if column and str(path) == "-" and file_format == "auto":
+        raise UserError("a column of stdin needs file_format tsv, csv or jsonl")
+    if column:
+        inputs = column_inputs(path, file_format, column, pair_column)
+    else:
+        inputs = predict_inputs(path)
+    return inputs if arrives_over_time(path) else list(inputs)
 
 
 def _cell(row: dict, name: str, path, line: int):

@@ -52,6 +52,10 @@ What a task declares, each as a small piece:
                        `finetune` (validation, best weights) and in `bertkit
                        evaluate`'s output (confusion matrix, per-type P/R/F1, ...)
 `parse_input`          one raw user input (str, pair, dict) -> example
+`predict_options`      optional: flags the task adds to `bertkit predict`, each a
+                       `PredictOption` taking a whole number of at least 1, and
+                       `apply_predict_options`, what they do to one prediction
+                       (classification's `--top-k`)
 `serving_inputs`,      the exported SavedModel signature: raw strings in,
 `serve`                decoded outputs out, in TensorFlow ops
 `preprocessor`         optional: one object holding both paths from inputs to
@@ -93,6 +97,27 @@ class DataFiles:
         default=None, metadata={"path": True, "help": "test file, evaluated once at the end"})
     format: str = dataclasses.field(
         default="auto", metadata={"help": "file format; 'auto' picks it from the file name"})
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictOption:
+    """A long flag a task adds to `bertkit predict`, taking a whole number of at least 1;
+    `Task.apply_predict_options` gets its value as a keyword (`--top-k 3` -> `top_k=3`).
+
+    Example:
+        >>> option = PredictOption("--top-k", "add the K most probable labels", "K")
+        >>> option.keyword
+        'top_k'
+    """
+
+    flag: str
+    help: str
+    metavar: str = "N"
+
+    @property
+    def keyword(self) -> str:
+        """The keyword `apply_predict_options` gets the value as."""
+        return self.flag.lstrip("-").replace("-", "_")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +215,8 @@ class Task:
     # The dataclass `read` returns (None: other values): features files store and rebuild
     # validation examples of this type only, so a file cannot name code to run.
     Example: ClassVar[type | None] = None
+    # Flags this task adds to `bertkit predict` (see `PredictOption`, `apply_predict_options`).
+    predict_options: ClassVar[tuple[PredictOption, ...]] = ()
 
     def __init__(self, options, data, tokenizer, sequence_length: int, state: dict | None = None):
         self.options = options
@@ -268,6 +295,17 @@ class Task:
     def parse_input(self, value):
         """One user input (a string, a pair, a dict) -> an example `decode` can answer."""
         raise NotImplementedError
+
+    def apply_predict_options(self, prediction: dict, **values) -> dict:
+        """One prediction (not an error object) as `bertkit predict` prints it, given the
+        values of the `predict_options` flags passed (read from the run's task before the
+        model loads; a flag not passed is absent). Default: the prediction unchanged.
+
+        Example:
+            >>> Task(None, None, None, 8).apply_predict_options({"label": "positive"})
+            {'label': 'positive'}
+        """
+        return prediction
 
     def write_artifacts(self, backbone, directory) -> None:
         """Extra files written into the run directory at the end of training.

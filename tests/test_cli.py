@@ -1,5 +1,6 @@
 """The CLI: user errors are one line on stderr and exit status 2, never a traceback."""
 
+import json
 import subprocess
 import sys
 
@@ -38,7 +39,35 @@ def test_help_on_every_command():
 
 
 def test_schema_is_json():
-    import json
-
     result = bertkit("schema")
     assert json.loads(result.stdout)["title"] == "bertkit recipe"
+
+
+def fake_run(folder, task):
+    """A run directory naming `task` whose weights file is empty: any load of the model
+    fails, so an answer about the task's options comes before the model loads."""
+    (folder / "run" / "model").mkdir(parents=True)
+    (folder / "run" / "model" / "task.json").write_text(json.dumps({"task": task}))
+    (folder / "run" / "model" / "model.weights.h5").write_bytes(b"")
+    return folder / "run"
+
+
+@pytest.mark.parametrize("task, args, message", [
+    ("tagging", ["RUN", "--top-k", "3"],
+     "unknown option --top-k for a tagging model; its task's predict options: none"),
+    ("classification", ["--frob", "1", "RUN"],  # a task's flag may come before RUN_DIR
+     "unknown option --frob for a classification model; its task's predict options: --top-k K"),
+    ("classification", ["RUN", "--top-k", "0"],
+     "argument --top-k: expected a whole number of at least 1, got '0'"),
+])
+def test_predict_options_come_from_the_runs_task(tmp_path, task, args, message):
+    run = str(fake_run(tmp_path, task))
+    result = bertkit("predict", *[run if arg == "RUN" else arg for arg in args])
+    assert result.returncode == 2
+    assert result.stderr == f"bertkit: error: {message}\n"
+
+
+def test_tasks_lists_each_tasks_predict_options():
+    lines = {line.split()[0]: line for line in bertkit("tasks").stdout.splitlines()}
+    assert lines["classification"].endswith("]  predict: --top-k K")
+    assert "predict:" not in lines["tagging"]

@@ -8,7 +8,7 @@ import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.tabular import detect_format, read_rows
-from bertkit.task import DataFiles, Features, Task, head_initializer, string_inputs
+from bertkit.task import DataFiles, Features, PredictOption, Task, head_initializer, string_inputs
 from bertkit_tasks.classification.metrics import confusion_matrix, macro_f1, matthews_corrcoef
 
 
@@ -50,6 +50,8 @@ class ClassificationTask(Task):
     Example = TextExample
     monitor = "accuracy"
     packs = True  # the head reads pooled_output, which packing gathers per row
+    predict_options = (PredictOption("--top-k", "add the K most probable labels as 'top_k'",
+                                     "K"),)
 
     # ---- data
     def read(self, path):
@@ -133,6 +135,21 @@ class ClassificationTask(Task):
         from bertkit_tasks.classification.report import classification_report
 
         return classification_report(examples, predictions, self.labels, directory)
+
+    def apply_predict_options(self, prediction, top_k=None):
+        """With `top_k`, adds `"top_k": [{"label", "score"}, ...]`, the K most probable labels.
+
+        Example:
+            >>> prediction = {"label": "b", "probabilities": {"a": 0.2, "b": 0.7, "c": 0.1}}
+            >>> task = ClassificationTask(None, None, None, sequence_length=8)
+            >>> task.apply_predict_options(prediction, top_k=2)["top_k"]
+            [{'label': 'b', 'score': 0.7}, {'label': 'a', 'score': 0.2}]
+        """
+        if top_k is None:
+            return prediction
+        ranked = sorted(prediction["probabilities"].items(), key=lambda item: -item[1])[:top_k]
+        return {**prediction, "top_k": [{"label": label, "score": score}
+                                        for label, score in ranked]}
 
     def parse_input(self, value):
         example = self._input_example(value)

@@ -1,0 +1,5 @@
+"""`python -m bertkit.cli ...`: the `bertkit` command."""
+
+from bertkit.cli import run
+
+run()

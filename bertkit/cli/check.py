@@ -1,0 +1,23 @@
+"""`bertkit check RECIPE`: validate a recipe and print it fully resolved."""
+
+from __future__ import annotations
+
+from bertkit.cli.arguments import add_command, add_set
+
+
+def add_to(commands) -> None:
+    sub = add_command(commands, "check", run, "validate a recipe and print it fully resolved")
+    sub.add_argument("recipe")
+    add_set(sub)
+
+
+def run(args) -> None:
+    from bertkit.recipes.recipe import check_inputs, load_recipe
+
+    recipe = load_recipe(args.recipe, args.overrides)
+    check_inputs(recipe)  # "will this run start?": its files exist
+    if recipe.search is not None:
+        from bertkit.tuning.tuner import check_search
+
+        check_search(recipe)  # and will its search: a validation split to score trials on
+    print(recipe.to_yaml(), end="")

@@ -1,0 +1,19 @@
+"""`bertkit featurize RECIPE`: tokenize a recipe's data once into a features file."""
+
+from __future__ import annotations
+
+from bertkit.cli.arguments import add_command, add_set
+
+
+def add_to(commands) -> None:
+    sub = add_command(commands, "featurize", run,
+                      "tokenize a recipe's data once into a features file", needs_model=True)
+    sub.add_argument("recipe")
+    add_set(sub)
+    sub.add_argument("--out", metavar="FILE", help="default: <output_dir>.features.npz")
+
+
+def run(args) -> None:
+    from bertkit.training.trainer import featurize
+
+    featurize(args.recipe, args.out, overrides=args.overrides)

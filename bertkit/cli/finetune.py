@@ -1,0 +1,31 @@
+"""`bertkit finetune RECIPE`: fine-tune the model a recipe describes (`bertkit.finetune`)."""
+
+from __future__ import annotations
+
+from bertkit.cli.arguments import add_command, add_process_options, add_set
+
+
+def add_to(commands) -> None:
+    sub = add_command(commands, "finetune", run, "fine-tune the model a recipe describes",
+                      needs_model=True)
+    sub.add_argument("recipe", help="recipe YAML file")
+    add_set(sub)
+    sub.add_argument("--output", metavar="DIR", help="run directory (replaces output_dir)")
+    sub.add_argument("--overwrite", action="store_true", help="replace a finished run")
+    sub.add_argument("--features", metavar="FILE",
+                     help="train from a file written by 'bertkit featurize' (no TensorFlow "
+                          "needed, e.g. KERAS_BACKEND=jax)")
+    add_process_options(sub)
+
+
+def run(args) -> None:
+    import bertkit
+    from bertkit.parallel.multi_process import start_processes, writes_run_directory
+
+    start_processes(args.coordinator, args.num_processes, args.process_id,
+                    args.heartbeat_timeout, args.startup_timeout)  # before anything is built
+    model = bertkit.finetune(args.recipe, overrides=args.overrides, output_dir=args.output,
+                             overwrite=args.overwrite, features=args.features)
+    if writes_run_directory():
+        exported = ", saved_model/" if model.run.saved_model_dir.is_dir() else ""
+        print(f"run written to {model.run.path} (report.md, model card README.md{exported})")

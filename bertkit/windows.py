@@ -168,47 +168,83 @@ def windowed_rows(pieces, window_size: int, stride: int, cls_id: int, sep_id: in
 
     stride = min(stride, window_size)  # as sliding_windows
     lengths = tf.cast(pieces.row_lengths(axis=2), tf.int32).to_tensor()  # (batch, words)
-    word_end = tf.cumsum(lengths, axis=1)
-    word_start = word_end - lengths
+    word_start = tf.cumsum(lengths, axis=1) - lengths
     total = tf.reduce_sum(lengths, axis=1)  # (batch,)
+    offsets = tf.concat([word_start, total[:, None]], axis=1)  # (batch, words + 1)
     is_word = tf.sequence_mask(pieces.row_lengths(), tf.shape(lengths)[1])
+    count, is_window, first, end = _windows_of_words(offsets, is_word, window_size, stride)
+    owner = _max_context_words(first, end, is_word)  # (batch, words)
+    rows = _window_rows(pieces, offsets, is_window, first, end, cls_id, sep_id)
+    read_at = _read_at(offsets, count, first, owner, is_word, pieces.row_lengths())
+    return tf.RaggedTensor.from_row_lengths(rows, tf.cast(count, tf.int64)), read_at
+
+
+def _windows_of_words(offsets, is_word, window_size: int, stride: int):
+    """`word_windows` over a batch: the piece windows `sliding_windows` cuts, then the
+    words inside each.
+
+    Args:
+        offsets: (batch, words + 1) piece offset of each word, then the piece count.
+        is_word: (batch, words) false for the padding words of shorter sequences.
+
+    Returns:
+        `count`, (batch,) windows per sequence; and per window slot (batch, windows):
+        `is_window`, `first` and `end` word (0 and 0 in a slot that is no window).
+    """
+    import tensorflow as tf
+
     largest = tf.int32.max  # padding words: sorted last, in no window
-    # piece windows as sliding_windows cuts them, then the words inside each
+    total = offsets[:, -1]  # (batch,)
     count = _window_counts(total, window_size, stride)
     window = tf.range(tf.reduce_max(count))[None, :]  # (1, windows)
     is_window = window < count[:, None]  # (batch, windows)
     piece_start = tf.broadcast_to(window * stride, tf.shape(is_window))
     piece_end = tf.minimum(piece_start + window_size, total[:, None])
-    first = tf.searchsorted(tf.where(is_word, word_start, largest), piece_start, "left")
-    end = tf.searchsorted(tf.where(is_word, word_end, largest), piece_end, "right")
-    first, end = tf.where(is_window, first, 0), tf.where(is_window, end, 0)
-    # max_context_windows over words; the lowest window index on ties
-    word = tf.range(tf.shape(lengths)[1])[None, :, None]  # (1, words, 1)
+    first = tf.searchsorted(tf.where(is_word, offsets[:, :-1], largest), piece_start, "left")
+    end = tf.searchsorted(tf.where(is_word, offsets[:, 1:], largest), piece_end, "right")
+    return count, is_window, tf.where(is_window, first, 0), tf.where(is_window, end, 0)
+
+
+def _max_context_words(first, end, is_word):
+    """`max_context_windows` over words: (batch, words) the window that owns each word,
+    the lowest window index on ties; for a padding word, any valid index."""
+    import tensorflow as tf
+
+    window = tf.range(tf.shape(first)[1])[None, None, :]  # (1, 1, windows)
+    word = tf.range(tf.shape(is_word)[1])[None, :, None]  # (1, words, 1)
     f, e = first[:, None, :], end[:, None, :]  # (batch, 1, windows)
     inside = (f <= word) & (word < e)
     score = tf.where(inside, _context_scores(word, f, e), tf.int32.min)
     best = inside & (score == tf.reduce_max(score, axis=2, keepdims=True))
-    owner = tf.reduce_min(tf.where(best, window[:, None, :], tf.int32.max), axis=2)
-    owner = tf.where(is_word, owner, 0)  # (batch, words); padding words: any valid index
-    # rows: [CLS] + the pieces of a window's words + [SEP]
-    offsets = tf.concat([word_start, total[:, None]], axis=1)  # (batch, words + 1)
+    owner = tf.reduce_min(tf.where(best, window, tf.int32.max), axis=2)
+    return tf.where(is_word, owner, 0)
+
+
+def _window_rows(pieces, offsets, is_window, first, end, cls_id: int, sep_id: int):
+    """(rows, (pieces)): `[CLS]` + the pieces of a window's words + `[SEP]`, for the
+    windows of every sequence in order."""
+    import tensorflow as tf
+
     sentence = pieces.merge_dims(1, 2)  # (batch, (pieces))
     base = tf.cast(sentence.row_starts(), tf.int32)[:, None]
-    ranges = tf.ragged.range(tf.boolean_mask(base + tf.gather(offsets, first, batch_dims=1),
-                                             is_window),
-                             tf.boolean_mask(base + tf.gather(offsets, end, batch_dims=1),
-                                             is_window))
-    rows = tf.gather(sentence.values, ranges)  # (rows, (pieces))
+    starts, ends = (tf.boolean_mask(base + tf.gather(offsets, words, batch_dims=1), is_window)
+                    for words in (first, end))
+    rows = tf.gather(sentence.values, tf.ragged.range(starts, ends))  # (rows, (pieces))
     edge = tf.ones([rows.nrows(), 1], rows.dtype)
-    rows = tf.concat([tf.RaggedTensor.from_tensor(edge * cls_id), rows,
+    return tf.concat([tf.RaggedTensor.from_tensor(edge * cls_id), rows,
                       tf.RaggedTensor.from_tensor(edge * sep_id)], axis=1)
-    # each word's row and position in its owner window
-    row_offset = tf.cumsum(count, exclusive=True)[:, None]
+
+
+def _read_at(offsets, count, first, owner, is_word, words_per_sequence):
+    """(batch, (words), 2): each word's row (counted over the whole batch) and the position
+    of its first piece in its owner window's row (`[CLS]` is position 0)."""
+    import tensorflow as tf
+
+    row_offset = tf.cumsum(count, exclusive=True)[:, None]  # (batch, 1)
     window_start = tf.gather(offsets, tf.gather(first, owner, batch_dims=1), batch_dims=1)
     row = tf.boolean_mask(row_offset + owner, is_word)
-    position = tf.boolean_mask(1 + word_start - window_start, is_word)
-    read_at = tf.RaggedTensor.from_row_lengths(tf.stack([row, position], 1), pieces.row_lengths())
-    return tf.RaggedTensor.from_row_lengths(rows, tf.cast(count, tf.int64)), read_at
+    position = tf.boolean_mask(1 + offsets[:, :-1] - window_start, is_word)
+    return tf.RaggedTensor.from_row_lengths(tf.stack([row, position], 1), words_per_sequence)
 
 
 def _context_scores(position, start, end):

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import yaml
 
@@ -58,7 +59,10 @@ def test_a_second_identical_run_compiles_nothing(tmp_path):
     # bertkit's own step callbacks let Keras run every step-end hook on its callback
     # thread: the main thread never waits for a step's logs (no host sync per step)
     assert json.loads((tmp_path / "second" / "step_threads.json").read_text()) == [False]
-    assert first["programs"] > 0 and first["from_cache"] == 0
+    # Before the first step every training and validation program was compiled into
+    # the cache (one training shape and one validation shape here), and fit read them
+    assert first["precompiled"]["programs"] == 2
+    assert first["from_cache"] == first["precompiled"]["programs"]
     assert second["programs"] == first["programs"]  # train, evaluate, predict: each shape
     assert second["from_cache"] == second["programs"]  # ... read from the cache
     assert second["seconds"] <= 0.2 * first["seconds"], records
@@ -74,3 +78,36 @@ def test_the_cache_folder_setting(monkeypatch, tmp_path):
     monkeypatch.setenv("BERTKIT_COMPILATION_CACHE", "off")
     assert cache_folder("auto") is None
     assert cache_folder(str(tmp_path / "mine")) == tmp_path / "mine"  # the recipe's wins
+
+
+@pytest.mark.parametrize("order, packing, micro_batches", [
+    ("length_buckets", False, 1), ("random", False, 2), ("random", True, 1)])
+def test_the_shapes_found_ahead_are_every_shape_the_epochs_make(order, packing, micro_batches):
+    from bertkit.batching.packing import packed_row_counts
+    from bertkit.batching.plan import BatchPlan
+    from bertkit.padding import padding_lengths
+    from bertkit.task import Features
+    from bertkit.training.precompile import step_shapes
+
+    lengths = np.random.default_rng(0).integers(3, 120, 301)
+    features = Features(columns={"token_ids": [np.ones(n, np.int32) for n in lengths]},
+                        example_index=np.arange(len(lengths)))
+
+    class Passthrough:
+        def make_batch(self, batch, training, rng):
+            return {"token_ids": batch["token_ids"]}, np.zeros(len(batch["row_index"])), None
+
+    buckets = (16, 32, 64, 128)
+    plan = BatchPlan(32, buckets, padding_lengths(buckets, True), order=order,
+                     micro_batches=micro_batches, packing=packing,
+                     packed_row_counts=packed_row_counts(32) if packing else None)
+    batches = plan.training_batches(Passthrough(), features)
+    made = set()
+    for epoch in range(3):
+        batches.set_epoch(epoch)
+        made |= {(batch[0]["token_ids"].shape, len(batch[1])) for batch in batches}
+    found = step_shapes(batches, range(3))
+    representatives = {(batches.batch(step, epoch)[0]["token_ids"].shape,
+                        len(batches.batch(step, epoch)[1])) for epoch, step in found.values()}
+    assert representatives == made and len(found) == len(made)
+    assert step_shapes(batches, range(1)).keys() <= found.keys()

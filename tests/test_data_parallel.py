@@ -84,7 +84,8 @@ def report(tmp_path_factory):
             "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
             "training": {**BASE, **training}, "output_dir": name}))
     env = {**os.environ, "KERAS_BACKEND": "jax",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+           "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")
+                        + " --xla_force_host_platform_device_count=2"}
     result = subprocess.run([sys.executable, "-c", TWO_DEVICES, *RUNS], cwd=folder, env=env,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -7,8 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertkit.batching.packing import PACKING_INPUTS, pack_batch
-from bertkit.padding import pad_batch
+from bertkit.batching.packing import (
+    PACKING_INPUTS,
+    pack_batch,
+    pack_lengths,
+    packed_row_count,
+    packing_width,
+)
+from bertkit.padding import pad_batch, padded_length
 from bertkit.task import Features
 
 
@@ -24,6 +30,10 @@ class PaddedSteps:
 
     def model_to_fit(self, model, backbone):
         return model
+
+    def step_shape(self, lengths: np.ndarray) -> tuple[int, int]:
+        """(rows, width) of the step made of rows with these token counts."""
+        return len(lengths), padded_length(int(lengths.max()), self.pad_lengths)
 
 
 class PackedSteps:
@@ -42,3 +52,9 @@ class PackedSteps:
         from bertkit.model.packed_backbone import packed_training_model
 
         return packed_training_model(model, backbone)
+
+    def step_shape(self, lengths: np.ndarray) -> tuple[int, int, int]:
+        """(rows, packed rows, width) of the step made of rows with these token counts."""
+        width = packing_width(int(lengths.max()), self.pad_lengths)
+        return len(lengths), packed_row_count(len(pack_lengths(lengths, width)),
+                                              self.row_counts), width

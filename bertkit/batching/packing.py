@@ -113,7 +113,7 @@ def pack_batch(features: Features, rows: np.ndarray, pad_lengths: tuple[int, ...
     columns = {name: column for name, column in features.columns.items()
                if features.is_sequence(name)}
     batch = _empty_packed_batch(features, columns, rows,
-                                (_packed_row_count(len(layout), row_counts), width))
+                                (packed_row_count(len(layout), row_counts), width))
     for packed_row, members in enumerate(layout):
         _place_rows(batch, columns, rows, lengths, packed_row, members)
     for name, column in features.columns.items():
@@ -122,7 +122,7 @@ def pack_batch(features: Features, rows: np.ndarray, pad_lengths: tuple[int, ...
     return batch
 
 
-def _packed_row_count(count: int, row_counts: tuple[int, ...] | None) -> int:
+def packed_row_count(count: int, row_counts: tuple[int, ...] | None) -> int:
     """`count` packed rows, or the next number of `row_counts` that holds them."""
     if not row_counts:
         return count

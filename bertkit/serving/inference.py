@@ -23,10 +23,7 @@ def predict_rows(task, model, features: Features, batch_size: int, buckets,
     outputs: dict[str, list] = {}
     lengths = features.lengths()
     done = 0
-    devices = devices_sharing_a_batch()
-    for rows in inference_batches(lengths, batch_size):
-        batch = pad_batch(features, fill_rows(rows, devices), buckets)
-        inputs, _, _ = task.make_batch(batch, training=False, rng=None)
+    for rows, batch, inputs in model_inputs(task, features, batch_size, buckets):
         result = _predict_batch(model, inputs)
         if not isinstance(result, dict):
             result = {"logits": result}
@@ -44,6 +41,16 @@ def predict_rows(task, model, features: Features, batch_size: int, buckets,
         if progress is not None:
             progress(done)
     return outputs
+
+
+def model_inputs(task, features: Features, batch_size: int, buckets):
+    """`(rows, padded batch, model inputs)` of each inference batch over `features`: rows
+    sorted by length, padded to `buckets`, filled to a multiple of the devices."""
+    devices = devices_sharing_a_batch()
+    for rows in inference_batches(features.lengths(), batch_size):
+        batch = pad_batch(features, fill_rows(rows, devices), buckets)
+        inputs, _, _ = task.make_batch(batch, training=False, rng=None)
+        yield rows, batch, inputs
 
 
 def _predict_batch(model, inputs: dict):

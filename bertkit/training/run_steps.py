@@ -65,6 +65,7 @@ class BuiltRun:
     model: object  # the task's model: evaluation, best weights, export
     trained: object  # what `fit` trains: `model`, or its packed form; compiled
     validation: object  # bertkit.training.validation.ValidationSplit, or None
+    precompiled: dict | None = None  # what `compile_programs` compiled before `fit`
 
 
 def build(recipe: Recipe, data: TaskData, *, phases=None) -> BuiltRun:
@@ -158,6 +159,7 @@ def fit(built: BuiltRun, recipe: Recipe, settings: FitSettings,
     """Step 3: Keras `fit` of `built.trained` with the run's callbacks; the history and
     the best epoch. Evaluation and the best weights use `built.model`."""
     from bertkit.parallel.multi_process import wait_for_all
+    from bertkit.training.precompile import compile_programs
 
     run = settings.run
     if settings.resuming and read_json(run.run_file).get("trained"):
@@ -171,6 +173,8 @@ def fit(built: BuiltRun, recipe: Recipe, settings: FitSettings,
     callbacks, tracker = fit_callbacks(built, recipe, settings, phases, history)
     if initial_epoch:
         print(f"resuming {run.path} after epoch {initial_epoch}", file=sys.stderr)
+    built.precompiled = compile_programs(built, range(initial_epoch, recipe.training.epochs),
+                                         phases)
     built.trained.fit(built.batches.as_dataset(), epochs=recipe.training.epochs,
                       callbacks=callbacks, verbose=settings.verbose if settings.writes else 0,
                       shuffle=False)  # shuffled per epoch by the batches
@@ -256,6 +260,8 @@ def finish(built: BuiltRun, recipe: Recipe, settings: FitSettings, phases, *,
     with phases("export"):
         export_run(run, finetuned)
     compilation = compiled.record() if compiled is not None else {}
+    if built.precompiled:
+        compilation["precompiled"] = built.precompiled
     run.set_status(FINISHED, phases=phases.record(), finetune_called_at=phases.called_at,
                    compilation=compilation)
     print(phases.line())

@@ -191,7 +191,7 @@ class _Trainer:
                 run.write_task_description(data.description)
         # fit's steps and evaluations are timed apart; `fit_overhead` is the rest
         # (Keras' set-up, checkpoints, TensorBoard logs, the metrics file)
-        parts = ("first_step", "train_steps", "evaluation")
+        parts = ("precompile", "first_step", "train_steps", "evaluation")
         before = phases.total(parts)
         with phases("fit_overhead"):
             history, best_epoch = run_steps.fit(built, recipe, settings, phases)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 
 @dataclasses.dataclass
 class ValidationSplit:
@@ -31,6 +33,17 @@ class ValidationSplit:
         from bertkit.serving.inference import predict_rows
 
         return predict_rows(self.task, model, self.features, self.batch_size, self.buckets)
+
+    def distinct_inputs(self) -> list[dict]:
+        """One batch of model inputs for each input shape the split is predicted in."""
+        from bertkit.serving.inference import model_inputs
+
+        shapes = {}
+        for _, _, inputs in model_inputs(self.task, self.features, self.batch_size,
+                                         self.buckets):
+            key = tuple(sorted((name, np.shape(value)) for name, value in inputs.items()))
+            shapes.setdefault(key, inputs)
+        return list(shapes.values())
 
     def decode(self, outputs: dict) -> list[dict]:
         return self.task.decode(self.examples, self.features, outputs)

@@ -37,6 +37,7 @@ What a task declares, each as a small piece:
                        (MLM keeps per-row loss and top-k, not vocabulary logits)
 `decode`               model outputs -> user-facing predictions per example
 `evaluate`             examples + predictions -> metrics dict
+`baseline`             optional: validation examples -> the `monitor` of learning nothing
 `format_metrics`       optional: metrics as `bertkit evaluate` prints them
 `calibrate`            optional: validation examples + the best weights' predictions
                        -> a state update (span QA's no-answer threshold); the core
@@ -208,9 +209,7 @@ class Task:
     Data: ClassVar[type] = DataFiles
     monitor: ClassVar[str] = "loss"
     mode: ClassVar[str] = "max"
-    # Model outputs with one value per token; `decode` gets them cut to each row's length.
     sequence_outputs: ClassVar[tuple] = ()
-    # Whether `training.packing` may lay several rows into one (see `bertkit.batching.packing`).
     packs: ClassVar[bool] = False
     # The dataclass `read` returns (None: other values): features files store and rebuild
     # validation examples of this type only, so a file cannot name code to run.
@@ -267,6 +266,10 @@ class Task:
 
     def evaluate(self, examples: list, predictions: list[dict]) -> dict:
         raise NotImplementedError
+
+    def baseline(self, examples: list) -> tuple[float, str] | None:
+        """(value, name), e.g. `(0.5, "majority-class")`; `training.seeds` flags a seed at it."""
+        return None
 
     def calibrate(self, examples: list, predictions: list[dict]) -> dict | None:
         """A state update tuned on the validation predictions of the best weights, or None.

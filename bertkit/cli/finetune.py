@@ -12,6 +12,8 @@ def add_to(commands) -> None:
     add_set(sub)
     sub.add_argument("--output", metavar="DIR", help="run directory (replaces output_dir)")
     sub.add_argument("--overwrite", action="store_true", help="replace a finished run")
+    sub.add_argument("--seeds", metavar="N", help="train N seeds (training.seeds): mean ± sd, "
+                     "the median seed's model kept")
     sub.add_argument("--features", metavar="FILE",
                      help="train from a file written by 'bertkit featurize' (no TensorFlow "
                           "needed, e.g. KERAS_BACKEND=jax)")
@@ -24,7 +26,8 @@ def run(args) -> None:
 
     start_processes(args.coordinator, args.num_processes, args.process_id,
                     args.heartbeat_timeout, args.startup_timeout)  # before anything is built
-    model = bertkit.finetune(args.recipe, overrides=args.overrides, output_dir=args.output,
+    overrides = [*args.overrides, *([f"training.seeds={args.seeds}"] if args.seeds else [])]
+    model = bertkit.finetune(args.recipe, overrides=overrides, output_dir=args.output,
                              overwrite=args.overwrite, features=args.features)
     if writes_run_directory():
         exported = ", saved_model/" if model.run.saved_model_dir.is_dir() else ""

@@ -74,6 +74,11 @@ class TrainingConfig:
     seed: int = _field(default=42, metadata={
         "min": 0, "max": 2**32 - 1, "help": "seeds NumPy, Python and the backend (NumPy "
                                            "takes 0 to 2^32 - 1)"})
+    seeds: int = _field(default=1, metadata={
+        "min": 1, "max": 100, "help": "train seed, seed + 1, ... one after another in "
+                                      "seeds/seed-<k>/; report mean and sd (README: Seeds)"})
+    keep_seed: Literal["median", "best"] = _field(default="median", metadata={
+        "help": "seeds > 1: the seed whose model is the run's, by the validation monitor"})
     early_stopping_patience: int | None = _field(default=None, metadata={
         "min": 1, "help": "stop after this many epochs without a better validation metric"})
     distribution: Literal["auto", "one_device", "data_parallel", "mirrored"] = _field(

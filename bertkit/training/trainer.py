@@ -6,6 +6,9 @@ called again with the same recipe and output directory.
 Called in every process of a multi-process job (after `keras.distribution.initialize` or
 `bertkit.parallel.multi_process.start_processes`), the processes train together; process
 0 alone writes the run directory (see `bertkit.parallel.multi_process`).
+
+With `training.seeds > 1`, the run directory holds one ordinary run per seed in `seeds/`
+and their mean ± sd, and the median (or best) seed's model (`bertkit.training.seeds`).
 """
 
 from __future__ import annotations
@@ -68,8 +71,19 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         with phases("recipe"):
             resuming = bool(process_zero_decides(
                 lambda: _open_run(held, run, recipe.to_yaml(), overwrite)))
-        return _train_or_undo(run, fresh, lambda: _Trainer(
-            recipe, run, resuming, verbose, features, phases, callbacks).execute())
+        return _train_or_undo(run, fresh, lambda: _train(
+            recipe, run, resuming, verbose, features, phases, callbacks))
+
+
+def _train(recipe, run, resuming, verbose, features, phases, callbacks):
+    """One run (`_Trainer`); with `training.seeds > 1`, one per seed in `seeds/`, then
+    their aggregate (`bertkit.training.seeds`)."""
+    if recipe.training.seeds > 1:
+        from bertkit.training.seeds import train_seeds
+
+        return train_seeds(recipe, run, finetune, verbose=verbose, features=features,
+                           callbacks=callbacks)
+    return _Trainer(recipe, run, resuming, verbose, features, phases, callbacks).execute()
 
 
 def _checked_run(recipe, overrides, sections, output_dir, features):

@@ -4,9 +4,10 @@ Each trial is an ordinary `finetune` run of the recipe with the trial's values s
 as `--set` would set them, in `<study folder>/trial-NNNN/`. The objective is the
 task's `monitor` metric on the validation split (maximized or minimized by its
 `mode`); every epoch's value is reported to Optuna, whose pruner may stop a trial
-that falls behind. The study lives in an Optuna storage: SQLite in the study folder
-by default, or any RDB URL (PostgreSQL) shared by workers on several machines.
-Workers send heartbeats, so a trial whose worker was killed is failed once its
+that falls behind. With `training.seeds > 1` it is the mean over a trial's seeds, and
+the trial runs them all (unpruned). The study lives in an Optuna storage: SQLite in
+the study folder by default, or any RDB URL (PostgreSQL) shared by workers on several
+machines. Workers send heartbeats, so a trial whose worker was killed is failed once its
 heartbeat is stale and run again by the next worker.
 
 Layout of the study folder (default `<output_dir>.study/`)::
@@ -259,12 +260,15 @@ class Objective:
         recipe = load_recipe(self.recipe, [*self.overrides, *self.space.overrides(values)])
         reporter = ReportToTrial(trial, f"val_{self.monitor}")
         # A UserError (e.g. a learning rate at which training diverged) fails the trial.
+        # With training.seeds > 1 the trial runs all its seeds: their epochs are not reported.
         finetune(dataclasses.replace(recipe, search=None), output_dir=run.path,
-                 callbacks=[reporter], verbose=self.verbose)
+                 callbacks=[reporter] if recipe.training.seeds == 1 else [],
+                 verbose=self.verbose)
         return reporter.pruned_after
 
     def _final_value(self, run: RunDirectory) -> float:
-        final = read_json(run.metrics_file).get("final", {})
+        metrics = read_json(run.metrics_file)
+        final = metrics.get("mean") or metrics.get("final", {})  # seeds > 1: scored by the mean
         if self.monitor not in final.get("validation", {}):
             raise UserError("hyperparameter search scores trials on a validation split, and "
                             "this trial's run had none; add data.validation",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import numpy as np
@@ -130,6 +131,12 @@ class ClassificationTask(Task):
         if len(self.labels) == 2:
             metrics["mcc"] = matthews_corrcoef(matrix)
         return metrics
+
+    def baseline(self, examples):
+        """Accuracy of always answering the most frequent gold label: no constant answer
+        does better."""
+        counts = collections.Counter(e.label for e in examples if e.label is not None)
+        return (max(counts.values()) / sum(counts.values()), "majority-class") if counts else None
 
     def report(self, examples, predictions, directory):
         from bertkit_tasks.classification.report import classification_report

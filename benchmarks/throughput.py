@@ -203,7 +203,7 @@ class RecordedBatches(TrainingBatches):
 
 def inference_records(task, features, batch_size: int, pad_lengths) -> list[dict]:
     """The padded shape of each batch `predict_rows` makes of `features`."""
-    from bertkit.batching.steps import inference_batches, pad_batch
+    from bertkit.padding import inference_batches, pad_batch
 
     records = []
     for rows in inference_batches(features.lengths(), batch_size):

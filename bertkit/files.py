@@ -36,6 +36,8 @@ ARRIVAL_WINDOW_SECONDS = 0.05
 # `predict`'s default bound on the characters of one input (all its texts together): the
 # tagging model spent 115 s of CPU on one 600,000-character text.
 MAX_INPUT_CHARACTERS = 100_000
+# A SavedModel's default bound on the characters of one request (all its inputs together).
+MAX_REQUEST_CHARACTERS = 1_000_000
 _KINDS = {".jsonl": "jsonl", ".jsonlines": "jsonl", ".ndjson": "jsonl", ".json": "json",
           ".csv": "csv", ".tsv": "tsv", ".txt": "text"}
 

@@ -107,6 +107,7 @@ class RunDirectory:
         self.metrics_file = self.path / "metrics.json"
         self.weights_file = self.model_dir / "model.weights.h5"
         self.task_file = self.model_dir / "task.json"
+        self._made = None  # while `lock` is held: (outermost folder it made, entries before)
 
     @classmethod
     def open(cls, path) -> RunDirectory:
@@ -223,9 +224,14 @@ class RunDirectory:
                                 f"{self.replaced_hint()}", source=self.path)
             else:
                 return True
-        self.model_dir.mkdir(parents=True, exist_ok=True)
-        self.recipe_file.write_text(recipe_yaml)
-        self.set_status(RUNNING)
+        try:
+            self.model_dir.mkdir(parents=True, exist_ok=True)
+            self.recipe_file.write_text(recipe_yaml)
+            self.set_status(RUNNING)
+        except BaseException:
+            if not self.replaced_dir.is_dir():  # (a replaced run's hint says where it is)
+                self.remove_made()  # a full disk: no half-made run
+            raise
         return False
 
     def _contents(self) -> list[Path]:
@@ -267,6 +273,25 @@ class RunDirectory:
                 os.replace(entry, self.path / entry.name)
             self.replaced_dir.rmdir()
 
+    def has_trained(self) -> bool:
+        """Whether training has left anything to resume or keep in the folder: a checkpoint
+        or metrics, the run's own or those of a run inside it (`seeds/`)."""
+        return self.path.is_dir() and any(
+            True for name in ("metrics.json", "checkpoint") for _ in self.path.rglob(name))
+
+    def remove_made(self) -> None:
+        """Removes what this process added since it took the lock (a run that stopped before
+        training): the folders `lock` made, or the entries it found absent. Nothing that was
+        there before; nothing when this process holds no lock."""
+        if self._made is None:
+            return
+        made, before = self._made
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+            return
+        for entry in [entry for entry in self.path.iterdir() if entry.name not in before]:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+
     def drop_replaced(self) -> None:
         """Deletes the run that `overwrite` moved aside (the new run finished)."""
         if self.replaced_dir.is_dir():
@@ -286,7 +311,10 @@ class RunDirectory:
             raise UserError("output folder exists and is not a bertkit run directory; "
                             f"choose another output_dir{self.replaced_hint()}",
                             source=self.path)
+        made = next((folder for folder in reversed([self.path, *self.path.parents])
+                     if not folder.exists()), None)  # the outermost folder made here
         self.path.mkdir(parents=True, exist_ok=True)
+        before = {entry.name for entry in self.path.iterdir()}
         with open(self.path / LOCK_FILE, "a+") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -300,9 +328,11 @@ class RunDirectory:
             handle.write(f"bertkit finetune (pid {os.getpid()} on {socket.gethostname()}, "
                          f"started {started})\n")
             handle.flush()
+            self._made = (made, before)
             try:
                 yield self
             finally:
+                self._made = None
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def set_status(self, status: str, **extra) -> None:

@@ -499,6 +499,46 @@ def test_a_full_disk_is_one_line_and_leaves_the_finished_run(finished, tmp_path,
     assert error.startswith(f"bertkit: error: {tmp_path / 'new'}")
     assert error.endswith(": No space left on device\n") and error.count("\n") == 1
     assert {path: path.read_bytes() for path in run.rglob("*.json")} == before
+    assert not (tmp_path / "new").exists()  # run.json could not be written: no half-made run
+
+
+@pytest.mark.parametrize("where", ["new folders", "empty folder", "overwrite", "resumable"])
+def test_an_oserror_before_training_removes_only_what_the_run_made(finished, tmp_path,
+                                                                   monkeypatch, capsys, where):
+    """Issue 28: only a user error undid a run that stopped before training; a full disk or
+    a permission error (here while the data is prepared) left a half-made run directory."""
+    import dataclasses
+    import errno
+    import shutil
+
+    from bertkit import cli
+    from bertkit.recipes.recipe import load_recipe
+    from bertkit.training import run_steps
+
+    def denied(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", "somewhere")
+
+    run, flags = tmp_path / "a" / "b" / "run", []
+    if where == "empty folder":
+        run.mkdir(parents=True)
+    elif where == "overwrite":
+        shutil.copytree(finished / "run", run)
+        flags = ["--overwrite"]
+    elif where == "resumable":  # stopped after epoch 1: its checkpoint is the one to resume
+        shutil.copytree(finished / "run", run)
+        (run / "run.json").write_text('{"status": "running"}')
+        recipe = load_recipe(write_recipe(finished))
+        (run / "recipe.yaml").write_text(dataclasses.replace(
+            recipe, output_dir=str(run.resolve())).to_yaml())  # the same recipe: it resumes
+        (run / "checkpoint").mkdir()
+        (run / "checkpoint" / "training_metadata.json").write_text('{"epoch": 1}')
+    before, folders = snapshot(tmp_path), sorted(p for p in tmp_path.rglob("*") if p.is_dir())
+    monkeypatch.setattr(run_steps, "prepare", denied)
+    monkeypatch.chdir(finished)
+    assert cli.main(["finetune", str(write_recipe(finished)), "--output", str(run), *flags]) == 2
+    assert capsys.readouterr().err.endswith("bertkit: error: somewhere: Permission denied\n")
+    assert snapshot(tmp_path) == before  # the files that were there, and no others
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_dir()) == folders
 
 
 # ---- issue 28: one line where a traceback was
@@ -508,6 +548,24 @@ def test_a_seed_numpy_cannot_take_is_one_line_and_makes_no_run(tmp_path):
                      "training.seed=4294967296", cwd=tmp_path)
     one_line_error(result, "--set: training.seed: must be at most 4294967295, got 4294967296")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("task, setting, message", [
+    ("classification", "search.seed=-1", "search.seed: must be at least 0, got -1"),
+    ("classification", "search.seed=4294967296",
+     "search.seed: must be at most 4294967295, got 4294967296"),
+    ("mlm", "task.seed=-1", "task.seed: must be at least 0, got -1"),
+    ("mlm", "task.seed=4294967296", "task.seed: must be at most 4294967295, got 4294967296"),
+])
+def test_every_seed_is_bounded_as_training_seed_is(tmp_path, capsys, task, setting, message):
+    from bertkit import cli
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "schema": 1, "task": task, "backbone": {"preset": "ckpt"}, "data": {"train": "a.txt"},
+        "search": {"training.learning_rate": {"low": 1e-5, "high": 1e-4}}}))
+    assert cli.main(["check", str(recipe), "--set", setting]) == 2
+    assert capsys.readouterr().err == f"bertkit: error: --set: {message}\n"
 
 
 def test_a_5000_digit_number_is_one_line(tmp_path):
@@ -661,6 +719,47 @@ def test_python_predict_bounds_the_characters_of_one_input(finished):
                                    "limit per input"}
     with pytest.raises(UserError, match=r"^input 1: longer than 8 characters \(10\)"):
         model.predict([["a good", "film"]], max_input_characters=8)
+
+
+def test_the_saved_model_refuses_a_request_over_its_limits_at_once(finished, tmp_path, capsys):
+    """Issue 28: the tagging SavedModel spent 115 s of CPU on one 600,000-character request.
+    The signature checks the characters of each input and of the request before it
+    tokenizes; `bertkit export` sets both limits and records them in assets/bertkit.json."""
+    import time
+
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 (registers the tokenizer ops)
+
+    from bertkit import cli
+
+    def refused_at_once(serve, texts, message):
+        started = time.perf_counter()
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            serve(text=tf.constant(texts))
+        return time.perf_counter() - started
+
+    serve = tf.saved_model.load(str(finished / "run" / "saved_model")).signatures[
+        "serving_default"]
+    assert serve(text=tf.constant(["a good film"]))["label"].shape == (1,)
+    seconds = refused_at_once(serve, ["a good film", "word " * 120_000], re.escape(
+        "an input (the texts of one row together) is longer than 100,000 characters, the "
+        "limit per input of this SavedModel (bertkit export --max-input-characters)"))
+    print(f"a 600,000-character request refused in {seconds * 1000:.0f} ms")
+    assert seconds < 1
+    assert refused_at_once(serve, ["word " * 19_000] * 11, re.escape(
+        "the request is longer than 1,000,000 characters (all its texts together), the limit "
+        "per request of this SavedModel (bertkit export --max-request-characters)")) < 1
+
+    out = tmp_path / "bounded"
+    assert cli.main(["export", str(finished / "run"), "--out", str(out),
+                     "--max-input-characters", "50", "--max-request-characters", "80"]) == 0
+    assert json.loads((out / "assets" / "bertkit.json").read_text())["input_limits"] == {
+        "max_input_characters": 50, "max_request_characters": 80}
+    bounded = tf.saved_model.load(str(out)).signatures["serving_default"]
+    assert bounded(text=tf.constant(["é" * 50, "a good film"]))["label"].shape == (2,)
+    refused_at_once(bounded, ["a good film", "x" * 51], "longer than 50 characters")
+    refused_at_once(bounded, ["x" * 45, "y" * 45], "request is longer than 80 characters")
+    assert capsys.readouterr().out.endswith(f"exported {out}\n")
 
 
 def test_export_into_a_full_disk_is_one_line_and_leaves_nothing(finished, tmp_path, monkeypatch,

@@ -209,8 +209,14 @@ def test_a_killed_process_ends_the_job_and_the_restart_resumes(jobs):
     (code, err), = jobs["survivors"]
     print(f"process 0 exited with {code} {jobs['exit_seconds']:.1f} s after process 1 was "
           f"killed (heartbeat timeout {HEARTBEAT_TIMEOUT} s)")
-    assert code != 0  # an error, not a hang and not a finished run
-    assert jobs["exit_seconds"] < HEARTBEAT_TIMEOUT + 60
+    # One line and exit 2 (issue 28: it was a traceback, then JAX's C++ stack trace and
+    # SIGABRT once the heartbeat timed out), before the heartbeat timeout.
+    assert code == 2, err[-3000:]
+    assert "Traceback" not in err and "stack trace" not in err, err[-3000:]
+    assert [line for line in err.splitlines() if "error" in line.lower()] == [
+        "bertkit: error: process 1 of 2 stopped mid-run (its connection closed); run the same "
+        "command on every process again to resume"], err[-3000:]
+    assert jobs["exit_seconds"] < HEARTBEAT_TIMEOUT
     killed = jobs["killed"]
     for code, _, err in jobs["restarted"]:
         assert code == 0, err[-3000:]
@@ -223,6 +229,38 @@ def test_a_killed_process_ends_the_job_and_the_restart_resumes(jobs):
     for a, b in zip(uninterrupted["epochs"], resumed["epochs"], strict=True):
         np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4)
     assert resumed["final"]["validation"] == pytest.approx(uninterrupted["final"]["validation"])
+
+
+GLOO_ERROR = ("UNKNOWN: Gloo AllGather failed: [external/gloo/gloo/transport/tcp/pair.cc:547] "
+              "Connection closed by peer [127.0.0.1]:52123")  # the survivor's, word for word
+
+
+@pytest.mark.parametrize("processes, index, who", [
+    (2, 0, "process 1 of 2"), (2, 1, "process 0 of 2"), (3, 1, "another of the job's 3 processes")])
+def test_a_collective_broken_by_a_stopped_process_ends_in_one_line(monkeypatch, capsys, processes,
+                                                                   index, who):
+    from bertkit.parallel import multi_process
+
+    def exit_now(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(multi_process, "process_count", lambda: processes)
+    monkeypatch.setattr(multi_process, "process_index", lambda: index)
+    monkeypatch.setattr(os, "_exit", exit_now)
+    with pytest.raises(SystemExit) as ended, multi_process.stopped_process_ends_job():
+        try:
+            raise ValueError(GLOO_ERROR)
+        except ValueError as error:
+            raise RuntimeError("a step failed") from error  # found through the chain too
+    assert ended.value.code == 2
+    assert capsys.readouterr().err == (
+        f"bertkit: error: {who} stopped mid-run (its connection closed); run the same command "
+        "on every process again to resume\n")
+    with pytest.raises(ValueError, match="shapes"), multi_process.stopped_process_ends_job():
+        raise ValueError("incompatible shapes")  # any other error is left as it is
+    monkeypatch.setattr(multi_process, "process_count", lambda: 1)
+    with pytest.raises(ValueError, match="Gloo"), multi_process.stopped_process_ends_job():
+        raise ValueError(GLOO_ERROR)  # one process: no job to end
 
 
 def finetune_command(argv, capsys) -> tuple[int, str]:

@@ -80,6 +80,10 @@ RATE = "training.learning_rate: {low: 1.0e-5, high: 1.0e-4, log: true}"
     (replace_line("trials: 12", "trails: 12"),
      "r.yaml:7: search.trails: unknown key 'trails'; did you mean 'trials'?"),
     (replace_line("trials: 12", "trials: 0"), "r.yaml:7: search.trials: must be at least 1, got 0"),
+    # the sampler's seed is bounded as training.seed is (issue 28)
+    (replace_line("trials: 12", "seed: -1"), "r.yaml:7: search.seed: must be at least 0, got -1"),
+    (replace_line("trials: 12", "seed: 4294967296"),
+     "r.yaml:7: search.seed: must be at most 4294967295, got 4294967296"),
     (replace_line(RATE, "data.train: [a.tsv, b.tsv]"),
      "r.yaml:8: search.data.train: cannot search 'data' values; searchable sections: "
      "training, task, backbone"),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bertkit.cli.arguments import add_command
+from bertkit.cli.arguments import add_command, positive
+from bertkit.files import MAX_INPUT_CHARACTERS, MAX_REQUEST_CHARACTERS
 
 
 def add_to(commands) -> None:
@@ -10,10 +11,20 @@ def add_to(commands) -> None:
                       needs_model=True)
     sub.add_argument("run_dir")
     sub.add_argument("--out", metavar="DIR", required=True)
+    sub.add_argument("--max-input-characters", type=positive, metavar="N",
+                     default=MAX_INPUT_CHARACTERS,
+                     help="the SavedModel refuses a longer input (a row's texts together) "
+                          f"before tokenizing it (default: {MAX_INPUT_CHARACTERS:,})")
+    sub.add_argument("--max-request-characters", type=positive, metavar="N",
+                     default=MAX_REQUEST_CHARACTERS,
+                     help="and a request whose texts are longer together (default: "
+                          f"{MAX_REQUEST_CHARACTERS:,})")
 
 
 def run(args) -> None:
     import bertkit
 
-    path = bertkit.load(args.run_dir).export(args.out)
+    path = bertkit.load(args.run_dir).export(
+        args.out, max_input_characters=args.max_input_characters,
+        max_request_characters=args.max_request_characters)
     print(f"exported {path}")

@@ -22,13 +22,18 @@ def add_to(commands) -> None:
 
 def run(args) -> None:
     import bertkit
-    from bertkit.parallel.multi_process import start_processes, writes_run_directory
+    from bertkit.parallel.multi_process import (
+        start_processes,
+        stopped_process_ends_job,
+        writes_run_directory,
+    )
 
     start_processes(args.coordinator, args.num_processes, args.process_id,
                     args.heartbeat_timeout, args.startup_timeout)  # before anything is built
     overrides = [*args.overrides, *([f"training.seeds={args.seeds}"] if args.seeds else [])]
-    model = bertkit.finetune(args.recipe, overrides=overrides, output_dir=args.output,
-                             overwrite=args.overwrite, features=args.features)
+    with stopped_process_ends_job():  # one line, not JAX's traceback and abort
+        model = bertkit.finetune(args.recipe, overrides=overrides, output_dir=args.output,
+                                 overwrite=args.overwrite, features=args.features)
     if writes_run_directory():
         exported = ", saved_model/" if model.run.saved_model_dir.is_dir() else ""
         print(f"run written to {model.run.path} (report.md, model card README.md{exported})")

@@ -23,9 +23,10 @@ by XLA across processes: on CPU through gloo, JAX's default CPU collectives.
   `predict_global_batch`), so all choose the same best epoch and stop together.
 - **Failures.** A process that dies is noticed by the others when a collective
   breaks, or at the latest after `heartbeat_timeout` seconds without its
-  heartbeat: they end with an error instead of waiting forever. Running the
-  same commands again resumes from process 0's last checkpoint. A process that
-  never comes ends the others' start-up after `startup_timeout` seconds.
+  heartbeat: they end with an error instead of waiting forever (one line, exit
+  status 2, where a collective broke: see `bertkit.parallel.failures`). Running
+  the same commands again resumes from process 0's last checkpoint. A process
+  that never comes ends the others' start-up after `startup_timeout` seconds.
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ import contextlib
 import json
 import os
 import sys
-import threading
 import weakref
 
 from bertkit.errors import UserError
+from bertkit.parallel.failures import end_process, exit_after, peer_gone, peer_stopped
 
 DEFAULT_HEARTBEAT_TIMEOUT = 60  # seconds; JAX's default (100) leaves a stalled job longer
 SHUTDOWN_TIMEOUT = 600  # seconds the others wait at exit while process 0 exports
@@ -92,30 +93,12 @@ def _join_jax_job(coordinator: str, num_processes: int, process_id: int,
                         key="--startup-timeout")
     # What `keras.distribution.initialize` does, with timeouts of our choosing; its
     # other step (a seed agreed between processes) is not needed: a run seeds itself.
-    with _exit_after(startup_timeout, gave_up):
+    with exit_after(startup_timeout, gave_up):
         jax.distributed.initialize(coordinator_address=address, num_processes=num_processes,
                                    process_id=process_id,
                                    initialization_timeout=startup_timeout + 60,  # ours first
                                    heartbeat_timeout_seconds=heartbeat_timeout,
                                    shutdown_timeout_seconds=SHUTDOWN_TIMEOUT)
-
-
-@contextlib.contextmanager
-def _exit_after(seconds: float, error: UserError):
-    """Ends the process with `error`'s one line and status 2 if the block has not ended
-    after `seconds`: a timer thread, since the block waits in C++ (JAX releases the GIL)."""
-    def give_up():
-        print(f"bertkit: error: {error}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(2)
-
-    timer = threading.Timer(seconds, give_up)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
 
 
 def _startup_timeout_variable() -> int:
@@ -191,6 +174,20 @@ def check_tensorflow_config() -> None:
         raise UserError("not a JSON object", key="TF_CONFIG") from None
     if sum(len(tasks) for tasks in cluster.values()) > 1:
         raise_tensorflow_multi_worker_error("TF_CONFIG")
+
+
+@contextlib.contextmanager
+def stopped_process_ends_job():
+    """A context in which, in a job of several processes, a collective that fails because
+    another process stopped ends this one with one line (`process 1 of 2 stopped ...; run
+    the same command on every process again to resume`) and exit status 2, instead of a
+    traceback and JAX's abort at exit (see `bertkit.parallel.failures`). Other errors pass."""
+    try:
+        yield
+    except Exception as error:
+        if process_count() < 2 or isinstance(error, UserError) or not peer_gone(error):
+            raise
+        end_process(peer_stopped(process_count(), process_index()))
 
 
 def process_count() -> int:

@@ -41,6 +41,7 @@ class SearchOptions:
     sampler: Literal["tpe", "random"] = _field(default="tpe", metadata={
         "help": "Optuna's TPESampler, or RandomSampler"})
     seed: int | None = _field(default=None, metadata={
+        "min": 0, "max": 2**32 - 1,  # as training.seed: what NumPy's seeds take
         "help": "the sampler's seed (give several workers none, or they sample alike)"})
     pruner: Literal["median", "hyperband", "none"] = _field(default="median", metadata={
         "help": "stops trials whose validation metric falls behind: Optuna's MedianPruner, "

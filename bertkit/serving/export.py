@@ -19,11 +19,19 @@ import uuid
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.files import MAX_INPUT_CHARACTERS, MAX_REQUEST_CHARACTERS
 
 
-def export_saved_model(task, model, directory, metadata: dict) -> Path:
+def export_saved_model(task, model, directory, metadata: dict, *,
+                       max_input_characters: int = MAX_INPUT_CHARACTERS,
+                       max_request_characters: int = MAX_REQUEST_CHARACTERS) -> Path:
     """Writes `directory` with a `serving_default` signature of `task.serve`, then loads
     it back and checks its answers (`verify_saved_model`).
+
+    The signature refuses, before tokenizing, an input (a row's texts together) of more
+    than `max_input_characters` characters or a request of more than
+    `max_request_characters`: an `InvalidArgumentError` naming the limit. Both are
+    recorded in `assets/bertkit.json` (`input_limits`).
 
     The SavedModel is written into a new folder beside `directory` and renamed to it
     once complete: a folder that cannot be written, or a full disk, is a `UserError`
@@ -40,8 +48,13 @@ def export_saved_model(task, model, directory, metadata: dict) -> Path:
                         source=directory)
     if directory.exists() and any(directory.iterdir()):
         raise UserError("export folder exists and is not empty; choose another", source=directory)
+    limits = {"max_input_characters": max_input_characters,
+              "max_request_characters": max_request_characters}
+    for key, value in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"expected a whole number of at least 1, got {value!r}", key=key)
     with _staging_folder(directory) as staging:
-        _write_saved_model(task, model, staging, metadata)
+        _write_saved_model(task, model, staging, {**metadata, "input_limits": limits})
     return directory
 
 
@@ -88,7 +101,8 @@ def _write_saved_model(task, model, directory: Path, metadata: dict) -> None:
     import tensorflow as tf
 
     specs = task.serving_inputs()  # name -> tf.TensorSpec(name=name): the signature's keys
-    serve = tf.function(checked_serve(task, model, list(specs)), autograph=False)
+    serve = tf.function(checked_serve(task, model, list(specs), **metadata["input_limits"]),
+                        autograph=False)
     signature = serve.get_concrete_function(*(_any_shape(spec) for spec in specs.values()))
     # `tf.saved_model.save` of a module holding only what `serve` reads: the weights
     # and the tokenizer's resources. Keras' `ExportArchive` would also save `serve` as a
@@ -98,9 +112,10 @@ def _write_saved_model(task, model, directory: Path, metadata: dict) -> None:
     exported.weights = [variable.value for variable in model.variables]
     exported.tokenizer = task.tokenizer.fast_tokenizer
     exported.normalizer = task.tokenizer.normalizer
-    expected = answers(signature, list(specs))  # before saving, which rewrites its captures
+    probes = probes_within(**metadata["input_limits"], inputs=len(specs))
+    expected = answers(signature, list(specs), probes)  # before saving: it rewrites captures
     tf.saved_model.save(exported, str(directory), signatures={"serving_default": signature})
-    verify_saved_model(directory, expected)
+    verify_saved_model(directory, expected, probes)
     assets = directory / "assets"
     assets.mkdir(exist_ok=True)
     (assets / "bertkit.json").write_text(json.dumps(metadata, indent=2))
@@ -111,16 +126,29 @@ _PROBES = ["[MASK]", "The film was [MASK] good , said Anna Smith in Paris .",
            "Who wrote it ? [MASK] wrote it in 1990 ."]
 
 
-def answers(serve, names: list) -> dict:
+def probes_within(max_input_characters: int, max_request_characters: int,
+                  inputs: int) -> list[str]:
+    """The probe texts, in order, that a SavedModel with these limits answers when each of
+    its `inputs` inputs is given them (all of them but for tiny limits)."""
+    probes, total = [], 0
+    for text in _PROBES:
+        characters = len(text) * inputs
+        if characters <= max_input_characters and total + characters <= max_request_characters:
+            probes.append(text)
+            total += characters
+    return probes
+
+
+def answers(serve, names: list, probes: list = _PROBES) -> dict:
     """`serve`'s outputs for the probe texts (every input given the same texts)."""
     import numpy as np
     import tensorflow as tf
 
-    probes = tf.constant(_PROBES)
-    return {key: np.asarray(value) for key, value in serve(*[probes for _ in names]).items()}
+    texts = tf.constant(probes, tf.string)
+    return {key: np.asarray(value) for key, value in serve(*[texts for _ in names]).items()}
 
 
-def verify_saved_model(directory, expected: dict) -> None:
+def verify_saved_model(directory, expected: dict, probes: list = _PROBES) -> None:
     """Loads the written SavedModel and checks that it answers the probe texts as
     `expected` (`answers` of the traced function it was written from): a file that does
     not load, or lost a weight or a tokenizer resource on the way, fails the export, not
@@ -133,7 +161,7 @@ def verify_saved_model(directory, expected: dict) -> None:
     def serve_probes() -> dict:
         loaded = tf.saved_model.load(str(directory)).signatures["serving_default"]
         names = list(loaded.structured_input_signature[1])
-        return loaded(**{name: tf.constant(_PROBES) for name in names})
+        return loaded(**{name: tf.constant(probes, tf.string) for name in names})
 
     # In a thread of its own, as a server loads it: outside the distribution strategy a
     # data-parallel run exports in (strategy scopes are per thread), which would load the
@@ -180,11 +208,13 @@ def export_in_tensorflow_process(run_dir, directory) -> Path:
 _FILLER = "[MASK]"
 
 
-def checked_serve(task, model, names: list):
+def checked_serve(task, model, names: list, *,
+                  max_input_characters: int = MAX_INPUT_CHARACTERS,
+                  max_request_characters: int = MAX_REQUEST_CHARACTERS):
     """`task.serve` behind the checks a server needs for every task: each input is a
     1-D batch of strings (a scalar or a 2-D input is an `InvalidArgumentError` naming
-    it, never a crash), the inputs have one batch size, and an empty batch gives empty
-    outputs."""
+    it, never a crash), the inputs have one batch size, the texts are within the limits
+    (`within_limits`), and an empty batch gives empty outputs."""
     import tensorflow as tf
 
     def serve(*tensors):
@@ -200,12 +230,39 @@ def checked_serve(task, model, names: list):
         for name, tensor in zip(names[1:], checked[1:], strict=True):
             tf.debugging.assert_equal(tf.shape(tensor)[0], size, message=(
                 f"input {name} must have as many rows as input {names[0]}"))
+        checked = within_limits(checked, max_input_characters, max_request_characters)
         inputs = {name: tf.cond(size > 0, lambda t=tensor: t, lambda: tf.constant([_FILLER]))
                   for name, tensor in zip(names, checked, strict=True)}
         outputs = task.serve(model, inputs)
         return {key: value[:size] for key, value in outputs.items()}
 
     return serve
+
+
+def within_limits(tensors: list, max_input_characters: int, max_request_characters: int):
+    """`tensors` (1-D string batches of one size, a request's inputs), to be read only after
+    checking their length: a row's texts together at most `max_input_characters`
+    characters, all rows at most `max_request_characters`. A longer request fails at once
+    with an `InvalidArgumentError` naming the limit, before tokenization spends minutes on
+    it (a 600,000-character text took the tagging model 115 s of CPU)."""
+    import tensorflow as tf
+
+    # (batch,) characters (Unicode code points, as Python counts them) of each row; int64:
+    # a request's total may exceed 2^31
+    lengths = tf.add_n([tf.cast(tf.strings.length(t, unit="UTF8_CHAR"), tf.int64)
+                        for t in tensors], name="characters_per_input")
+    total = tf.reduce_sum(lengths, name="characters_per_request")
+    checks = [
+        tf.debugging.assert_less_equal(lengths, tf.constant(max_input_characters, tf.int64), (
+            f"an input (the texts of one row together) is longer than {max_input_characters:,} "
+            "characters, the limit per input of this SavedModel (bertkit export "
+            "--max-input-characters)")),
+        tf.debugging.assert_less_equal(total, tf.constant(max_request_characters, tf.int64), (
+            f"the request is longer than {max_request_characters:,} characters (all its "
+            "texts together), the limit per request of this SavedModel (bertkit export "
+            "--max-request-characters); send fewer texts per request"))]
+    with tf.control_dependencies(checks):
+        return [tf.identity(t) for t in tensors]
 
 
 def _any_shape(spec):

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.files import MAX_INPUT_CHARACTERS, arriving_chunks
+from bertkit.files import MAX_INPUT_CHARACTERS, MAX_REQUEST_CHARACTERS, arriving_chunks
 from bertkit.model.backbone import load_architecture
 from bertkit.progress import CountProgress
 from bertkit.recipes import schema
@@ -234,9 +234,13 @@ class FineTunedModel:
                               title=f"Evaluation on `{path}`", metrics=metrics)
         return metrics
 
-    def export(self, directory) -> Path:
-        """Writes a raw-text SavedModel (see `bertkit.serving.export`)."""
+    def export(self, directory, *, max_input_characters: int = MAX_INPUT_CHARACTERS,
+               max_request_characters: int = MAX_REQUEST_CHARACTERS) -> Path:
+        """Writes a raw-text SavedModel (see `bertkit.serving.export`), which refuses an
+        input over `max_input_characters` or a request over `max_request_characters`."""
         from bertkit.serving.export import check_finite_weights, export_saved_model
 
         check_finite_weights(self.model, self.run.weights_file)
-        return export_saved_model(self.task, self.model, directory, self.description)
+        return export_saved_model(self.task, self.model, directory, self.description,
+                                  max_input_characters=max_input_characters,
+                                  max_request_characters=max_request_characters)

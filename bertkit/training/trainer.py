@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -96,20 +95,21 @@ def _checked_run(recipe, overrides, sections, output_dir, features):
 
 
 def _train_or_undo(run: RunDirectory, fresh: bool, train):
-    """`train()`'s result. When it fails, the writing process puts back the run `--overwrite`
-    was to replace, or removes a fresh run that trained nothing."""
+    """`train()`'s result. When it fails (a user error, or any exception before training
+    left a checkpoint or metrics: a full disk, Ctrl-C), the writing process puts back the
+    run `--overwrite` was to replace, or removes what a fresh run made."""
     from bertkit.parallel.multi_process import writes_run_directory
 
     writes = writes_run_directory()
     try:
         finetuned = train()
-    except UserError:
-        if not writes:
+    except BaseException as error:
+        if not writes or not (isinstance(error, UserError) or not run.has_trained()):
             raise
         if run.replaced_dir.is_dir():
             run.restore_replaced()  # the run --overwrite was to replace comes back
-        elif fresh and not run.metrics_file.exists():
-            shutil.rmtree(run.path)  # nothing trained yet: leave no half-made run behind
+        elif fresh and not run.has_trained():
+            run.remove_made()  # nothing trained yet: leave no half-made run behind
         raise
     if writes:
         run.drop_replaced()

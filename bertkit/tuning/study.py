@@ -228,7 +228,7 @@ def _sampler(options, trials_so_far: int):
     import optuna
 
     seed = options.seed
-    if seed is not None:  # any integer -> 0 .. 2**32 - 1, as numpy's seeds must be
+    if seed is not None:  # (seed, trials so far) -> 0 .. 2**32 - 1, as NumPy's seeds must be
         digest = hashlib.sha256(f"{seed}:{trials_so_far}".encode()).digest()
         seed = int.from_bytes(digest[:4], "big")
     if options.sampler == "random":

@@ -54,6 +54,7 @@ class MaskedLMOptions:
         "min": 0.0, "max": 0.5, "help": "share of training documents held out as validation "
                                         "data when data.validation is not given"})
     seed: int = _field(default=0, metadata={
+        "min": 0, "max": 2**32 - 1,  # as training.seed: what NumPy's seeds take
         "help": "seeds instances, the validation split and evaluation masks"})
     top_k: int = _field(default=5, metadata={"min": 1, "help": "predictions per [MASK]"})
 

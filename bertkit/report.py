@@ -106,8 +106,9 @@ def _epoch_ticks(axes, history) -> None:
 
 def write_report(path, *, recipe: dict, history: list[dict], final: dict, monitor: str,
                  seconds: float, mode: str = "max", steps: list[dict] | None = None,
-                 task_section: str | None = None) -> None:
-    """Writes report.md: setup, final metrics, per-epoch table, the plot, the task's section."""
+                 task_section: str | None = None, lora: dict | None = None) -> None:
+    """Writes report.md: setup, final metrics, per-epoch table, the plot, the task's section.
+    `lora`: a LoRA run's record (`model/task.json`), for its trained share of the weights."""
     best = best_epoch(history, monitor, mode)
     kept = f", best epoch {best['epoch']}" if best and monitor in best else ""
     lines = [f"# bertkit run: {recipe['task']['name']}", "",
@@ -116,6 +117,9 @@ def write_report(path, *, recipe: dict, history: list[dict], final: dict, monito
              f"- training file: `{recipe['data']['train']}`",
              f"- epochs run: {len(history)}, wall time {seconds:.0f} s, best by `{monitor}`{kept}",
              "", "## Final metrics", "", "| split | metric | value |", "|---|---|---|"]
+    if lora:
+        lines.insert(5, f"- LoRA rank {lora['rank']}, alpha {lora['alpha']:g} on "
+                        f"{', '.join(lora['targets'])}; {describe_trainable(lora)}")
     for split, metrics in final.items():
         for name, value in metrics.items():
             if isinstance(value, (int, float)):
@@ -134,6 +138,23 @@ def write_report(path, *, recipe: dict, history: list[dict], final: dict, monito
     if task_section:
         lines += ["", "# Validation error analysis (best epoch)", "", task_section]
     Path(path).write_text("\n".join(lines) + "\n")
+
+
+def describe_trainable(record: dict) -> str:
+    """`record`'s trained share of the weights, for reports.
+
+    Example:
+        >>> describe_trainable({"trainable_weights": 148_000, "weights": 22_700_000})
+        'trainable: 148k of 22.7M weights (0.65%)'
+    """
+    def count(number: int) -> str:
+        for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+            if number >= size:
+                return f"{number / size:.3g}{suffix}"
+        return str(number)
+
+    trained, total = record["trainable_weights"], record["weights"]
+    return f"trainable: {count(trained)} of {count(total)} weights ({100 * trained / total:.2g}%)"
 
 
 def _every(steps: list[dict]) -> int:
@@ -223,7 +244,8 @@ def write_run_report(directory, recipe, data, history: list[dict], final: dict, 
                   f"{type(error).__name__}: {error}", file=sys.stderr)
     plain = recipe.to_dict()
     write_report(directory / "report.md", recipe=plain, history=history, final=final,
-                 monitor=monitor, seconds=seconds, mode=mode, steps=steps, task_section=section)
+                 monitor=monitor, seconds=seconds, mode=mode, steps=steps, task_section=section,
+                 lora=data.description.get("lora"))
     sizes = {"train": data_size(recipe.data.train,
                                 len(np.unique(data.train_features.example_index)))}
     if data.validation:

@@ -27,6 +27,7 @@ import yaml
 
 from bertkit.batching.plan import BatchPlan
 from bertkit.errors import UserError
+from bertkit.model.lora import LoraConfig
 from bertkit.recipes import schema
 from bertkit.recipes.overrides import apply_overrides
 from bertkit.recipes.search_space import SearchSpace, parse_search
@@ -100,6 +101,9 @@ class TrainingConfig:
         "help": "lay each batch's rows end to end in a few long rows (block-diagonal "
                 "attention, positions restart per row): the same update, far less padding; "
                 "tagging and classification, one device"})
+    lora: LoraConfig | None = _field(default=None, metadata={
+        "help": "train low-rank updates of the backbone's layers and the task head only "
+                "(README: LoRA); null: every weight"})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -117,6 +117,9 @@ def _check_type(hint, value, origin, path):
         options = typing.get_args(hint)
         if value is None and type(None) in options:
             return None
+        others = [o for o in options if o is not type(None)]
+        if len(others) == 1:  # `X | None`: X's own error, with its key path (nested sections)
+            return _check_type(others[0], value, origin, path)
         errors = []
         for option in (o for o in options if o is not type(None)):
             try:

@@ -10,6 +10,7 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.files import MAX_INPUT_CHARACTERS, MAX_REQUEST_CHARACTERS, arriving_chunks
 from bertkit.model.backbone import load_architecture
+from bertkit.model.lora import enable_lora, merged_model
 from bertkit.progress import CountProgress
 from bertkit.recipes import schema
 from bertkit.registry import load_task
@@ -93,7 +94,8 @@ class FineTunedModel:
     """
 
     def __init__(self, run: RunDirectory, task, model, description: dict):
-        self.run, self.task, self.model, self.description = run, task, model, description
+        self.run, self.task, self.description = run, task, description
+        self.model = merged_model(task, model, run.model_dir)  # a LoRA model: served merged
 
     @classmethod
     def load(cls, run_dir) -> FineTunedModel:
@@ -102,6 +104,7 @@ class FineTunedModel:
         pretrained = load_architecture(run.model_dir)
         task = build_task(description, pretrained.tokenizer, run.task_file)
         model = task.build_model(pretrained.backbone)
+        enable_lora(model, pretrained.backbone, description.get("lora"), description)
         try:
             model.load_weights(run.weights_file)
         except (OSError, ValueError) as error:  # h5py's errors for a truncated file

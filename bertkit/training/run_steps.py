@@ -37,6 +37,7 @@ import shutil
 import sys
 import time
 
+from bertkit.model.lora import enable_lora, finish_lora
 from bertkit.recipes.recipe import Recipe
 from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json, write_json
 from bertkit.training.task_data import TaskData
@@ -83,6 +84,8 @@ def build(recipe: Recipe, data: TaskData, *, phases=None) -> BuiltRun:
         batches = plan.training_batches(task, data.train_features)
         model = task.build_model(data.pretrained.backbone)
         task.initialize_head(model, data.pretrained.checkpoint_tensors())
+        data.description = enable_lora(model, data.pretrained.backbone, training.lora,
+                                       data.description)  # before `plan` shares its layers
         trained = plan.model_to_fit(model, data.pretrained.backbone)
         trained.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
                         weighted_metrics=task.metrics(),  # plain `metrics` get no weights
@@ -256,7 +259,8 @@ def finish(built: BuiltRun, recipe: Recipe, settings: FitSettings, phases, *,
     with phases("report"):
         write_results(run, recipe, built.data, history, final, time.time() - started,
                       predictions)
-        built.data.task.write_artifacts(built.data.pretrained.backbone, run.path)
+        backbone = finish_lora(model, built.data.pretrained.backbone, run.model_dir)
+        built.data.task.write_artifacts(backbone, run.path)
     with phases("export"):
         export_run(run, finetuned)
     compilation = compiled.record() if compiled is not None else {}

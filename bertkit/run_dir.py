@@ -5,7 +5,7 @@ Layout::
     recipe.yaml          the fully resolved recipe
     run.json             status (running / finished) and the best epoch
     model/               backbone architecture, tokenizer, task.json, model.weights.h5 (best)
-    checkpoint/          last finished epoch (weights, optimizer, epoch) for resuming
+    checkpoint/          last checkpoint (weights, optimizer, epoch and step) for resuming
     metrics.json         metrics per epoch and final evaluation
     steps.json           training loss and learning rate per logged step
     logs/                TensorBoard
@@ -338,8 +338,3 @@ class RunDirectory:
     def set_status(self, status: str, **extra) -> None:
         current = read_json(self.run_file) if self.run_file.exists() else {}
         write_json(self.run_file, {**current, "status": status, **extra})
-
-    def resumed_epoch(self) -> int:
-        """Epochs finished before an interruption (0 for a fresh run)."""
-        metadata = self.checkpoint_dir / "training_metadata.json"
-        return int(read_json(metadata)["epoch"]) if metadata.exists() else 0

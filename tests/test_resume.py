@@ -1,4 +1,9 @@
-"""A run killed mid-epoch resumes from its last checkpoint and ends as an uninterrupted run."""
+"""A run killed mid-epoch resumes from its last checkpoint and ends as an uninterrupted run.
+
+The runs here checkpoint every 25 steps too (`training.checkpoint_every_steps`): the kill
+comes after a step checkpoint of epoch 2, and the resumed run starts in the middle of it.
+SIGTERM: tests/test_preemption.py.
+"""
 
 import json
 import os
@@ -43,21 +48,22 @@ def test_kill_9_mid_epoch_then_resume_on_jax(tmp_path):
 
 
 def kill_9_mid_epoch_then_resume(tmp_path, training=None, **popen):
+    training = {"checkpoint_every_steps": 25, **(training or {})}
     write_tiny_checkpoint(tmp_path / "ckpt")
     write_sentiment_tsv(tmp_path / "train.tsv", 600, seed=0)
     write_sentiment_tsv(tmp_path / "dev.tsv", 40, seed=1)
-    reference = finetune(write_recipe(tmp_path, "uninterrupted", **(training or {})), **popen)
+    reference = finetune(write_recipe(tmp_path, "uninterrupted", **training), **popen)
 
-    interrupted_recipe = write_recipe(tmp_path, "interrupted", **(training or {}))
+    interrupted_recipe = write_recipe(tmp_path, "interrupted", **training)
     process = finetune(interrupted_recipe, **popen)
-    # the checkpoint of epoch 1 is committed after its metrics: wait for the commit itself
+    # wait for the commit of a step checkpoint of epoch 2 (150 steps an epoch)
     committed = tmp_path / "interrupted" / "checkpoint" / "training_metadata.json"
     deadline = time.time() + 240
     while time.time() < deadline and process.poll() is None:
-        if committed.exists():
-            time.sleep(1.0)  # well inside epoch 2
+        if committed.exists() and json.loads(committed.read_text())["epoch"] >= 1 \
+                and json.loads(committed.read_text())["step"] > 0:
             break
-        time.sleep(0.2)
+        time.sleep(0.05)
     assert process.poll() is None, "the run ended before it could be interrupted"
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
@@ -66,7 +72,7 @@ def kill_9_mid_epoch_then_resume(tmp_path, training=None, **popen):
 
     resumed = finetune(interrupted_recipe, **popen)
     assert resumed.wait(timeout=240) == 0, resumed.stderr.read()
-    assert "resuming" in resumed.stderr.read()
+    assert " at epoch 2 step " in resumed.stderr.read()  # "resuming RUN at epoch 2 step 20"
     assert reference.wait(timeout=240) == 0
 
     def final(name):
@@ -100,66 +106,66 @@ def test_checkpoint_files_are_replaced_whole(tmp_path, monkeypatch):
     assert target.read_bytes() == before  # the last good checkpoint is untouched
 
 
-def test_backup_weights_and_epoch_are_committed_together(tmp_path, monkeypatch):
+def tiny_model():
     import keras
 
-    from bertkit.training.trainer import callbacks
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    return model
 
-    def model():
-        keras.utils.set_random_seed(0)
-        built = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-        built.compile(optimizer="sgd", loss="mse")
-        return built
 
-    def weights(of):
-        return [keras.ops.convert_to_numpy(w) for w in of.weights]
+def weights_of(model):
+    import keras
+
+    return [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+
+def test_checkpoint_weights_and_position_are_committed_together(tmp_path, monkeypatch):
+    from bertkit.training import checkpointing
 
     def restored():
-        fresh = model()
-        restore = callbacks.AtomicBackupAndRestore(str(tmp_path / "checkpoint"))
+        fresh = tiny_model()
+        restore = checkpointing.RunCheckpoint(tmp_path / "checkpoint")
         restore.set_model(fresh)
         restore.on_train_begin()
-        return fresh._initial_epoch, weights(fresh)
+        return restore.position, weights_of(fresh)
 
-    trained = model()
-    backup = callbacks.AtomicBackupAndRestore(str(tmp_path / "checkpoint"))
+    trained = tiny_model()
+    backup = checkpointing.RunCheckpoint(tmp_path / "checkpoint")
     backup.set_model(trained)
     backup.on_epoch_end(0)
-    after_epoch_1 = weights(trained)
+    after_epoch_1 = weights_of(trained)
     trained.layers[0].kernel.assign(trained.layers[0].kernel + 1.0)  # epoch 2 trains
 
     def killed(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(callbacks, "write_json", killed)  # killed before epoch 2's commit
+    monkeypatch.setattr(checkpointing, "write_json", killed)  # killed before epoch 2's commit
     with pytest.raises(KeyboardInterrupt):
         backup.on_epoch_end(1)
     monkeypatch.undo()
-    epoch, got = restored()
-    assert epoch == 1
+    position, got = restored()
+    assert position == (1, 0)
     for a, b in zip(got, after_epoch_1, strict=True):
         np.testing.assert_array_equal(a, b)
 
     backup.on_epoch_end(1)  # committed this time; the older weights file is removed
-    epoch, got = restored()
-    assert epoch == 2 and np.array_equal(got[0], weights(trained)[0])
+    position, got = restored()
+    assert position == (2, 0) and np.array_equal(got[0], weights_of(trained)[0])
     assert [p.name for p in (tmp_path / "checkpoint").glob("*.weights.h5")] \
-        == ["epoch-2-batch-0.weights.h5"]
+        == ["epoch-2-step-0.weights.h5"]
 
 
 def test_the_last_epoch_is_not_backed_up(tmp_path):
-    import keras
+    from bertkit.training.checkpointing import RunCheckpoint
 
-    from bertkit.training.trainer import callbacks
-
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-    model.compile(optimizer="sgd", loss="mse")
-    backup = callbacks.AtomicBackupAndRestore(str(tmp_path / "checkpoint"))
-    backup.set_model(model)
+    backup = RunCheckpoint(tmp_path / "checkpoint")
+    backup.set_model(tiny_model())
     backup.set_params({"epochs": 2})
     backup.on_epoch_end(0)
     assert [p.name for p in (tmp_path / "checkpoint").glob("*.weights.h5")] == [
-        "epoch-1-batch-0.weights.h5"]
+        "epoch-1-step-0.weights.h5"]
     backup.on_epoch_end(1)  # training ends here: the run then records itself trained
     assert [p.name for p in (tmp_path / "checkpoint").glob("*.weights.h5")] == [
-        "epoch-1-batch-0.weights.h5"]
+        "epoch-1-step-0.weights.h5"]

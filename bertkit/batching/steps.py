@@ -153,10 +153,11 @@ class TrainingBatches:
         key = [self.seed, epoch, step, 1]
         return np.random.default_rng(key + [process_index()] if process_index() else key)
 
-    def as_dataset(self):
-        """A `tf.data.Dataset` with unknown lengths on TensorFlow, a `PyDataset` elsewhere."""
+    def as_dataset(self, first_step: int = 0):
+        """A `tf.data.Dataset` with unknown lengths on TensorFlow, a `PyDataset` elsewhere:
+        each epoch's steps from `first_step` on (a run resumed mid-epoch starts one there)."""
         if keras.backend.backend() != "tensorflow":
-            return BatchesPyDataset(self)
+            return BatchesPyDataset(self, first_step)
         import tensorflow as tf
 
         def spec(value):
@@ -164,9 +165,11 @@ class TrainingBatches:
                 lambda v: tf.TensorSpec((None,) * np.ndim(v), tf.as_dtype(np.asarray(v).dtype)),
                 value)
 
-        first = next(iter(self))
-        dataset = tf.data.Dataset.from_generator(self.__iter__, output_signature=spec(first))
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(self)))
+        def steps():
+            return (self.batch(step) for step in range(first_step, len(self)))
+
+        dataset = tf.data.Dataset.from_generator(steps, output_signature=spec(next(steps())))
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(len(self) - first_step))
         # Keras drops each epoch's iterator (at the next epoch's start and at the end of
         # `fit`), and dropping one waits for tf.data's autotuning thread: 4-17 s each
         # time here. A fixed prefetch and no parallel map leave it nothing to tune.
@@ -184,16 +187,17 @@ class BatchesPyDataset(keras.utils.PyDataset):
     make batches of the next epoch before `SetEpoch` has set it.
     """
 
-    def __init__(self, batches: TrainingBatches):
+    def __init__(self, batches: TrainingBatches, first_step: int = 0):
         super().__init__()
-        self.batches = batches
+        self.batches, self.first_step = batches, first_step  # item i: step first_step + i
         self._ahead = None  # ((epoch, step), future) of the batch being made ahead
         self._executor = None
 
     def __len__(self):
-        return len(self.batches)
+        return len(self.batches) - self.first_step
 
-    def __getitem__(self, step):
+    def __getitem__(self, index):
+        step = self.first_step + index
         epoch, ahead = self.batches.epoch, self._ahead
         if ahead is not None and ahead[0] == (epoch, step):
             made = ahead[1].result()

@@ -25,6 +25,7 @@ from bertkit.cli import (
 )
 from bertkit.cli.quiet_import import import_tensorflow_quietly as _import_tensorflow_quietly
 from bertkit.errors import UserError
+from bertkit.training.preemption import EXIT_PREEMPTED, Preempted
 
 EXIT_USER_ERROR = 2
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # 141, as a shell reports a filter that SIGPIPE ended
@@ -59,6 +60,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("bertkit: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
+    except Preempted as stopped:  # SIGTERM: the run saved where it stopped (143, as a shell has it)
+        print(f"bertkit: {stopped}; run the same command again to resume", file=sys.stderr)
+        return EXIT_PREEMPTED
 
 
 def _parser(task_flags=()) -> argparse.ArgumentParser:

@@ -18,6 +18,10 @@ def add_to(commands) -> None:
                      help="train from a file written by 'bertkit featurize' (no TensorFlow "
                           "needed, e.g. KERAS_BACKEND=jax)")
     add_process_options(sub)
+    sub.epilog = ("An interrupted run (Ctrl-C, kill) resumes when the same command runs again. "
+                  "SIGTERM (SLURM, Kubernetes) saves the step that runs and exits 143. "
+                  "Checkpoints: at epoch ends, and with --set training.checkpoint_every_steps=N "
+                  "or training.checkpoint_every_minutes=M.")
 
 
 def run(args) -> None:

@@ -80,6 +80,10 @@ class TrainingConfig:
                                       "seeds/seed-<k>/; report mean and sd (README: Seeds)"})
     keep_seed: Literal["median", "best"] = _field(default="median", metadata={
         "help": "seeds > 1: the seed whose model is the run's, by the validation monitor"})
+    checkpoint_every_steps: int | None = _field(default=None, metadata={
+        "min": 1, "help": "also checkpoint every N training steps (default: at epoch ends)"})
+    checkpoint_every_minutes: float | None = _field(default=None, metadata={
+        "min_exclusive": 0.0, "help": "also checkpoint every M minutes of training"})
     early_stopping_patience: int | None = _field(default=None, metadata={
         "min": 1, "help": "stop after this many epochs without a better validation metric"})
     distribution: Literal["auto", "one_device", "data_parallel", "mirrored"] = _field(

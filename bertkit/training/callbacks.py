@@ -34,12 +34,17 @@ class SetEpoch(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self.batches.set_epoch(epoch)
-        for layer in self.model._flatten_layers():  # Keras has no public seed-state API
-            for generator in getattr(layer, "_seed_generators", ()):
-                seed = keras.ops.convert_to_numpy(generator.state.value)[0]
-                generator.state.assign(
-                    keras.ops.convert_to_tensor([seed, epoch * self._COUNTER_STRIDE],
-                                                dtype=generator.state.dtype))
+        for generator in seed_generators(self.model):
+            seed = keras.ops.convert_to_numpy(generator.state.value)[0]
+            generator.state.assign(
+                keras.ops.convert_to_tensor([seed, epoch * self._COUNTER_STRIDE],
+                                            dtype=generator.state.dtype))
+
+
+def seed_generators(model) -> list:
+    """The `keras.random.SeedGenerator`s of `model`'s layers (dropout's), in layer order."""
+    return [generator for layer in model._flatten_layers()  # no public seed-state API
+            for generator in getattr(layer, "_seed_generators", ())]
 
 
 class Evaluate(keras.callbacks.Callback):

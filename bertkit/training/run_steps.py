@@ -8,7 +8,8 @@ compiled model on `prepare`'s data instead of copying how it is made.
   data, from the data files or a features file.
 - `build`: the batch plan and its batches, the task's model with its head, the model
   `fit` trains (compiled, optimizer built) and the validation split.
-- `fit`: Keras `fit` with the run's callbacks (`fit_callbacks`), resumable.
+- `fit`: Keras `fit` with the run's callbacks (`fit_callbacks`), resumable mid-epoch
+  (`bertkit.training.checkpointing`).
 - `finish`: the best weights, calibration, test metrics, report, artifacts, export.
 
 Example (a tiny random backbone and generated data; 32 rows in batches of 8):
@@ -40,6 +41,7 @@ import time
 from bertkit.model.lora import enable_lora, finish_lora
 from bertkit.recipes.recipe import Recipe
 from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json, write_json
+from bertkit.training.preemption import SigtermWatch
 from bertkit.training.task_data import TaskData
 
 
@@ -155,76 +157,88 @@ class FitSettings:
     writes: bool = True  # False in the processes of a multi-process job but the first
     verbose: int = 2
     callbacks: list = dataclasses.field(default_factory=list)  # after bertkit's own
+    sigterm: SigtermWatch = dataclasses.field(default_factory=SigtermWatch)  # see `finetune`
 
 
 def fit(built: BuiltRun, recipe: Recipe, settings: FitSettings,
         phases) -> tuple[list[dict], int | None]:
-    """Step 3: Keras `fit` of `built.trained` with the run's callbacks; the history and
-    the best epoch. Evaluation and the best weights use `built.model`."""
+    """Step 3: Keras `fit` of `built.trained` with the run's callbacks, from the run's
+    checkpoint (`bertkit.training.checkpointing`); the history and the best epoch.
+    Evaluation and the best weights use `built.model`."""
     from bertkit.parallel.multi_process import wait_for_all
+    from bertkit.training.checkpointing import fit_from
     from bertkit.training.precompile import compile_programs
 
-    run = settings.run
+    run, training = settings.run, recipe.training
     if settings.resuming and read_json(run.run_file).get("trained"):
         # Killed after training (final evaluation, export): the best weights are saved.
         print(f"resuming {run.path} after training", file=sys.stderr)
         return read_json(run.metrics_file)["epochs"], read_json(run.run_file).get("best_epoch")
-    initial_epoch = run.resumed_epoch() if settings.resuming else 0
-    history = []
-    if initial_epoch and run.metrics_file.exists():
-        history = read_json(run.metrics_file)["epochs"][:initial_epoch]
-    callbacks, tracker = fit_callbacks(built, recipe, settings, phases, history)
-    if initial_epoch:
-        print(f"resuming {run.path} after epoch {initial_epoch}", file=sys.stderr)
-    built.precompiled = compile_programs(built, range(initial_epoch, recipe.training.epochs),
-                                         phases)
-    built.trained.fit(built.batches.as_dataset(), epochs=recipe.training.epochs,
-                      callbacks=callbacks, verbose=settings.verbose if settings.writes else 0,
-                      shuffle=False)  # shuffled per epoch by the batches
+    callbacks, tracker, checkpoint = fit_callbacks(built, recipe, settings, phases)
+    epoch, step = checkpoint.position
+    if epoch or step:
+        where = f"at epoch {epoch + 1} step {step}" if step else f"after epoch {epoch}"
+        print(f"resuming {run.path} {where}", file=sys.stderr)
+    built.precompiled = compile_programs(built, range(epoch, training.epochs), phases)
+    with settings.sigterm.training():
+        fit_from(built.trained, built.batches, callbacks, checkpoint, epochs=training.epochs,
+                 verbose=settings.verbose if settings.writes else 0)
     if settings.writes:
         run.set_status(RUNNING, trained=True)  # then the checkpoint is not needed
         shutil.rmtree(run.checkpoint_dir, ignore_errors=True)
     wait_for_all("trained")  # the others then read the best weights process 0 saved
+    settings.sigterm.stop_if_requested()
     best = tracker.best()
     return tracker.history, best and best["epoch"]
 
 
-def fit_callbacks(built: BuiltRun, recipe: Recipe, settings: FitSettings, phases,
-                  history: list) -> tuple[list, object]:
-    """The callbacks of a run's `fit`, in order, and its `TrackRun` (best epoch)."""
+def fit_callbacks(built: BuiltRun, recipe: Recipe, settings: FitSettings,
+                  phases) -> tuple[list, object, object]:
+    """The callbacks of a run's `fit`, in order, its `TrackRun` (best epoch) and its
+    `RunCheckpoint` (where a resumed run starts)."""
     from bertkit.serving.export import tensorflow_available
     from bertkit.training.callbacks import Evaluate, SetEpoch, StopOnNonFiniteLoss, TrackRun
+    from bertkit.training.checkpointing import RunCheckpoint
     from bertkit.training.step_callbacks import (
         RecordSteps,
         StepTensorBoard,
         TimeSteps,
         TrainingProgress,
     )
-    from bertkit.training.weights import AtomicBackupAndRestore
 
     training, run, writes = recipe.training, settings.run, settings.writes
     task, validation, steps = built.data.task, built.validation, len(built.batches)
     monitor, mode = (f"val_{task.monitor}", task.mode) if validation else ("loss", "min")
+    checkpoint = RunCheckpoint.of_run(run, training, writes=writes, sigterm=settings.sigterm)
     callbacks = [SetEpoch(built.batches), StopOnNonFiniteLoss(training.learning_rate),
                  TimeSteps(phases)]
     record_steps = RecordSteps(run.path / "steps.json", steps, log_every(steps))
     if writes:
         callbacks.append(record_steps)
+        checkpoint.keeps["steps"] = record_steps
         if settings.verbose == 2:  # not a terminal: Keras prints one line per epoch, at its end
             callbacks.append(TrainingProgress(steps, training.epochs,
                                               training.batch_size / training.micro_batches))
+            checkpoint.keeps["progress"] = callbacks[-1]
     if validation:
         callbacks.append(Evaluate(lambda _: validation.evaluate(built.model),
                                   "evaluating on the validation split"))
-    tracker = TrackRun(run, monitor, mode, training.early_stopping_patience, history,
+    tracker = TrackRun(run, monitor, mode, training.early_stopping_patience,
+                       _finished_epochs(run, checkpoint.position[0]),
                        on_best=validation and validation.keep_latest, writes=writes,
                        weights_of=built.model)
-    callbacks += [tracker, AtomicBackupAndRestore(str(run.checkpoint_dir), writes=writes,
-                                                  delete_checkpoint=False)]
+    callbacks += [tracker, checkpoint]  # restores the epoch's state after the others' resets
     callbacks += settings.callbacks  # after Evaluate and TrackRun: the epoch is recorded
     if writes and tensorflow_available():  # Keras logs TensorBoard with tf.summary, any backend
         callbacks.append(StepTensorBoard(str(run.logs_dir), record_steps))
-    return callbacks, tracker
+    return callbacks, tracker, checkpoint
+
+
+def _finished_epochs(run: RunDirectory, epochs: int) -> list[dict]:
+    """The records of a resumed run's first `epochs` epochs, from `metrics.json`."""
+    if not epochs or not run.metrics_file.exists():
+        return []
+    return read_json(run.metrics_file)["epochs"][:epochs]
 
 
 def log_every(steps_per_epoch: int) -> int:

@@ -112,10 +112,22 @@ class TrainingProgress(keras.callbacks.Callback):
         self._lock = threading.Lock()
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.epoch, self._last_step = epoch, 0
+        self.epoch, self._last_step, self._first_step = epoch, 0, 0
         self.cadence = Cadence(self.steps, clock=self.clock)
         self.interval_loss = _IntervalLoss()
         self.learning_rate = learning_rate_at(self.model.optimizer)  # main thread: see there
+
+    def checkpoint_state(self) -> dict:
+        """Where the epoch's last line was, for a checkpoint in the middle of the epoch."""
+        with self._lock:
+            return {"printed": [self.interval_loss.step, self.interval_loss.total]}
+
+    def resume_epoch(self, step: int, state: dict) -> None:
+        """Goes on after `step` steps of the epoch: the next line's loss is the mean since
+        the line before the interruption, its rate and ETA those of the steps from here."""
+        self.interval_loss.step, self.interval_loss.total = state["printed"]
+        self.cadence.last_done = self.interval_loss.step
+        self._last_step = self._first_step = step
 
     def on_train_batch_end(self, batch, logs=None):
         step = batch + 1
@@ -128,12 +140,12 @@ class TrainingProgress(keras.callbacks.Callback):
 
     def _print(self, step: int, running_mean: float) -> None:
         loss = self.interval_loss(step, running_mean)
-        rate = step * self.sequences_per_step / max(self.cadence.elapsed(), 1e-9)
+        done, elapsed = step - self._first_step, max(self.cadence.elapsed(), 1e-9)
         print(f"epoch {self.epoch + 1}/{self.epochs}  step {step}/{self.steps} "
               f"({100 * step // self.steps}%)  loss {loss:.4f}  "
               f"lr {self.learning_rate(self.epoch * self.steps + step):.3g}  "
-              f"{rate:.1f} seq/s  "
-              f"eta {format_duration(self.cadence.elapsed() / step * (self.steps - step))}",
+              f"{done * self.sequences_per_step / elapsed:.1f} seq/s  "
+              f"eta {format_duration(elapsed / done * (self.steps - step))}",
               file=self.stream or sys.stdout, flush=True)
 
 
@@ -175,6 +187,15 @@ class RecordSteps(keras.callbacks.Callback):
             return
         with self._lock:
             self._means[step] = (float(logs["loss"]), logs["learning_rate"])
+
+    def checkpoint_state(self) -> dict:
+        """The epoch's records so far, for a checkpoint in the middle of the epoch."""
+        with self._lock:
+            return {"means": [[step, *mean] for step, mean in sorted(self._means.items())]}
+
+    def resume_epoch(self, step: int, state: dict) -> None:
+        with self._lock:
+            self._means = {record[0]: tuple(record[1:]) for record in state["means"]}
 
     def on_epoch_end(self, epoch, logs=None):
         interval_loss = _IntervalLoss()

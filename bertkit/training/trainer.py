@@ -1,7 +1,10 @@
 """`finetune`: recipe -> fine-tuned model, run directory and SavedModel, with Keras `fit`.
 
-An interrupted run (Ctrl-C, kill) resumes from its last finished epoch when `finetune` is
-called again with the same recipe and output directory.
+An interrupted run (Ctrl-C, kill) resumes from its last checkpoint when `finetune` is called
+again with the same recipe and output directory, and ends as an uninterrupted run would: the
+last finished epoch, or a step (`training.checkpoint_every_steps`, `_minutes`; see
+`bertkit.training.checkpointing`). SIGTERM (SLURM, Kubernetes, a preemptible VM) saves the
+step that runs and raises `bertkit.training.Preempted`, a `SystemExit` with status 143.
 
 Called in every process of a multi-process job (after `keras.distribution.initialize` or
 `bertkit.parallel.multi_process.start_processes`), the processes train together; process
@@ -175,14 +178,19 @@ class _Trainer:
     def execute(self):
         import keras
 
+        from bertkit.parallel.multi_process import process_count
         from bertkit.training.compilation import CompileCounter, use_compilation_cache
+        from bertkit.training.preemption import watching_sigterm
 
         policy = keras.config.dtype_policy()
+        # SIGTERM saves the step and stops (`Preempted`); in one process alone: the
+        # processes of a job would each stop at another step
+        sigterm = watching_sigterm(enabled=process_count() == 1)
         try:
             if self.recipe.training.mixed_precision:
                 keras.config.set_dtype_policy(f"mixed_{self.recipe.training.mixed_precision}")
             use_compilation_cache(self.recipe.training.compilation_cache)
-            with run_steps.device_scope(self.recipe), \
+            with sigterm as self.settings.sigterm, run_steps.device_scope(self.recipe), \
                     CompileCounter() as self.compiled:
                 return self._train()
         finally:

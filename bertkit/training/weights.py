@@ -1,8 +1,8 @@
 """Saving and restoring weights: whole files only, the disk's space checked first.
 
 `save_weights_atomically` writes through a temporary file (a kill never leaves a
-half-written file), and `AtomicBackupAndRestore` commits each epoch's backup by one
-atomic file replace, so a killed run resumes from its last whole checkpoint.
+half-written file); the run's checkpoint commits each save by one atomic file replace
+(`bertkit.training.checkpointing`), so a killed run resumes from its last whole checkpoint.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import keras
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.run_dir import read_json, write_json
 
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
 
@@ -81,49 +80,3 @@ def load_model_weights(model, path) -> None:
 
 def _optimizer_of(model) -> list:
     return [model.optimizer] if getattr(model, "optimizer", None) is not None else []
-
-
-class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
-    """Keras' `BackupAndRestore`, each backup committed by one atomic file replace.
-
-    Keras rewrites `latest.weights.h5` in place, then its epoch metadata: a kill
-    -9 during the write left a file h5py cannot open, and one between the two
-    files would pair new weights with the previous epoch number. Here each
-    backup writes its weights to a new file, then replaces the metadata, which
-    names that file: that replace is the commit, and older weight files are
-    removed after it. A run resumes from the last committed pair. Overrides
-    Keras' private `_save_model` and `_load_model`. With `writes=False` (the
-    processes but the first of a multi-process run) it only restores. The last
-    epoch is not backed up (a second or two of writing weights and optimizer
-    state): a run killed after it resumes from the epoch before.
-    """
-
-    def __init__(self, backup_dir, writes: bool = True, **kwargs):
-        super().__init__(backup_dir, **kwargs)
-        self.writes = writes
-        # Backs up at epoch ends only: its step-end hook does nothing, on any thread.
-        self.async_safe = self.save_freq == "epoch"
-
-    def _save_model(self):
-        last = (self.params or {}).get("epochs")
-        if not self.writes or (last is not None and self._current_epoch >= last):
-            return  # after the last epoch the run records itself trained: nothing to resume
-        os.makedirs(self.backup_dir, exist_ok=True)
-        name = f"epoch-{self._current_epoch}-batch-{self._last_batch_seen}.weights.h5"
-        save_weights_atomically(self.model, Path(self.backup_dir) / name)
-        write_json(self._training_metadata_path, {  # the commit
-            "epoch": self._current_epoch, "batch": self._last_batch_seen, "weights": name})
-        for older in Path(self.backup_dir).glob("*.weights.h5"):
-            if older.name != name:
-                older.unlink(missing_ok=True)
-
-    def _load_model(self):
-        metadata_path = Path(self._training_metadata_path)
-        if not metadata_path.exists():  # nothing committed: a fresh run
-            return
-        metadata = read_json(metadata_path, "checkpoint metadata")
-        weights = Path(self.backup_dir) / metadata["weights"]
-        if self.model.optimizer is not None and not self.model.optimizer.built:
-            self.model.optimizer.build(self.model.trainable_variables)  # as Keras does
-        self.model.load_weights(weights)
-        self.model._initial_epoch = metadata["epoch"]

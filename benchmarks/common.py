@@ -37,11 +37,15 @@ def preset_folder() -> Path:
 def argument_parser(doc: str, data_help: str, reference: bool = True) -> argparse.ArgumentParser:
     """The arguments every comparison takes: `--data` and, with a reference, `--python`."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                        help=f"{data_help} (default: ../shared/data)")
+    parser.add_argument(
+        "--data", type=Path, default=DEFAULT_DATA, help=f"{data_help} (default: ../shared/data)"
+    )
     if reference:
-        parser.add_argument("--python", default="python3",
-                            help="the interpreter with torch + transformers for the reference")
+        parser.add_argument(
+            "--python",
+            default="python3",
+            help="the interpreter with torch + transformers for the reference",
+        )
     return parser
 
 
@@ -85,10 +89,13 @@ def split_questions(source: Path, sizes: list[int], targets: list[Path]) -> list
                     paragraphs.append({"context": paragraph["context"], "qas": []})
                 paragraphs[-1]["qas"].append(qa)
     for articles, target in zip(subsets, targets, strict=True):
-        target.write_text(json.dumps({"version": data.get("version", "1.1"), "data": articles}),
-                          encoding="utf-8")
-    return [sum(len(paragraph["qas"]) for article in subset for paragraph in article["paragraphs"])
-            for subset in subsets]
+        target.write_text(
+            json.dumps({"version": data.get("version", "1.1"), "data": articles}), encoding="utf-8"
+        )
+    return [
+        sum(len(paragraph["qas"]) for article in subset for paragraph in article["paragraphs"])
+        for subset in subsets
+    ]
 
 
 def equivalent_doc_stride(files: list[Path], sequence_length: int, overlap: int) -> tuple:
@@ -137,9 +144,11 @@ def timed(result: dict):
 def threads() -> dict:
     import tensorflow as tf
 
-    return {"cpu_count": os.cpu_count(),
-            "tf_intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
-            "tf_inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads()}
+    return {
+        "cpu_count": os.cpu_count(),
+        "tf_intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "tf_inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+    }
 
 
 def count_training_rows(recipe: dict, workdir: Path) -> dict:
@@ -149,8 +158,9 @@ def count_training_rows(recipe: dict, workdir: Path) -> dict:
     from bertkit.training.feature_file import read_feature_file
     from bertkit.training.trainer import batch_plan, featurize
 
-    data = {key: value for key, value in recipe["data"].items()
-            if key not in ("validation", "test")}
+    data = {
+        key: value for key, value in recipe["data"].items() if key not in ("validation", "test")
+    }
     path = featurize({**recipe, "data": data}, workdir / "train.features.npz")
     features = read_feature_file(path).train
     lengths = features.lengths()
@@ -158,12 +168,18 @@ def count_training_rows(recipe: dict, workdir: Path) -> dict:
     training = resolved.training
     plan = batch_plan(resolved)  # finetune's batches on this backend
     batches = plan.training_batches(None, features)
-    padded = sum(padded_length(int(lengths[rows].max()), plan.pad_lengths) * len(rows)
-                 for epoch in range(training.epochs) for rows in batches.step_rows(epoch))
-    return {"train_rows": len(lengths), "sequences_trained": len(lengths) * training.epochs,
-            "steps_trained": len(batches) * training.epochs,
-            "tokens_trained": int(lengths.sum()) * training.epochs,
-            "padded_tokens_trained": int(padded)}
+    padded = sum(
+        padded_length(int(lengths[rows].max()), plan.pad_lengths) * len(rows)
+        for epoch in range(training.epochs)
+        for rows in batches.step_rows(epoch)
+    )
+    return {
+        "train_rows": len(lengths),
+        "sequences_trained": len(lengths) * training.epochs,
+        "steps_trained": len(batches) * training.epochs,
+        "tokens_trained": int(lengths.sum()) * training.epochs,
+        "padded_tokens_trained": int(padded),
+    }
 
 
 def run_bertkit(recipe: dict, workdir: Path) -> dict:
@@ -172,16 +188,28 @@ def run_bertkit(recipe: dict, workdir: Path) -> dict:
     with timed(result):
         bertkit.finetune(recipe, output_dir=workdir / "bertkit-run", verbose=2)
     metrics = json.loads((workdir / "bertkit-run" / "metrics.json").read_text())
-    return {**result, "metrics": metrics,
-            "train_seconds": sum(epoch["train_seconds"] for epoch in metrics["epochs"])}
+    return {
+        **result,
+        "metrics": metrics,
+        "train_seconds": sum(epoch["train_seconds"] for epoch in metrics["epochs"]),
+    }
 
 
 def run_reference(python: str, command: str, arguments: dict, workdir: Path) -> dict:
     """Runs `hf_reference.py COMMAND` in `python`; its result JSON and wall seconds."""
     out = workdir / f"reference-{command}.json"
-    argv = [python, str(REFERENCE), command, "--out", str(out),
-            *(item for key, value in arguments.items()
-              for item in (f"--{key.replace('_', '-')}", str(value)))]
+    argv = [
+        python,
+        str(REFERENCE),
+        command,
+        "--out",
+        str(out),
+        *(
+            item
+            for key, value in arguments.items()
+            for item in (f"--{key.replace('_', '-')}", str(value))
+        ),
+    ]
     print("+", " ".join(argv), flush=True)
     with timed({}) as measured:
         subprocess.run(argv, check=True)
@@ -190,20 +218,25 @@ def run_reference(python: str, command: str, arguments: dict, workdir: Path) -> 
 
 def add_throughput(result: dict) -> dict:
     result["train_sequences_per_second"] = result["sequences_trained"] / result["train_seconds"]
-    result["padded_tokens_per_sequence"] = (result["padded_tokens_trained"]
-                                            / result["sequences_trained"])
+    result["padded_tokens_per_sequence"] = (
+        result["padded_tokens_trained"] / result["sequences_trained"]
+    )
     return result
 
 
 def print_table(title: str, scores: tuple[str, str], results: dict, digits: int) -> None:
     """The comparison table: two scores, throughput, seconds; then the throughput ratio."""
     print(f"\n{title}")
-    print(f"{'':24} {scores[0]:>8} {scores[1]:>8} {'train seq/s':>12} {'train s':>9} "
-          f"{'wall s':>8} {'padded tok/seq':>15}")
+    print(
+        f"{'':24} {scores[0]:>8} {scores[1]:>8} {'train seq/s':>12} {'train s':>9} "
+        f"{'wall s':>8} {'padded tok/seq':>15}"
+    )
     for name, result in results.items():
-        print(f"{name:24} {result[scores[0]]:8.{digits}f} {result[scores[1]]:8.{digits}f} "
-              f"{result['train_sequences_per_second']:12.1f} {result['train_seconds']:9.1f} "
-              f"{result['wall_seconds']:8.1f} {result['padded_tokens_per_sequence']:15.1f}")
+        print(
+            f"{name:24} {result[scores[0]]:8.{digits}f} {result[scores[1]]:8.{digits}f} "
+            f"{result['train_sequences_per_second']:12.1f} {result['train_seconds']:9.1f} "
+            f"{result['wall_seconds']:8.1f} {result['padded_tokens_per_sequence']:15.1f}"
+        )
     ours, reference = results.values()
     ratio = ours["train_sequences_per_second"] / reference["train_sequences_per_second"]
     print(f"throughput ratio bertkit / reference: {ratio:.2f}x")

@@ -96,36 +96,65 @@ def reference_decodings(reference: dict, gold: dict) -> dict:
         probabilities = sentence_batch(reference.pop(f"{split}_word_probabilities"), len(labels))
         chosen = choose_tags(probabilities, allowed_transitions(labels, "iob2")).to_list()
         scores[f"{split}_f1_constrained"] = evaluate_tags(
-            gold[split], [[labels[i] for i in ids] for ids in chosen])
+            gold[split], [[labels[i] for i in ids] for ids in chosen]
+        )
         scores[f"{split}_f1_argmax"] = evaluate_tags(gold[split], reference.pop(f"{split}_tags"))
     return scores
 
 
 def run_pair(args, seed: int, files: dict, gold: dict, workdir: Path) -> dict:
     """bertkit, then the reference, at one seed; both scored by bertkit_tasks.tagging.conlleval."""
-    recipe = {"schema": 1, "task": {"name": "tagging", "scheme": "iob2"},
-              "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
-              "data": {"train": str(files["train"]), "validation": str(files["dev"]),
-                       "test": str(files["test"]), "format": "conll", "scheme": "iob2"},
-              "training": {"epochs": args.epochs, "batch_size": args.batch_size,
-                           "learning_rate": args.learning_rate, "seed": seed,
-                           "batch_order": args.batch_order, "micro_batches": args.micro_batches}}
+    recipe = {
+        "schema": 1,
+        "task": {"name": "tagging", "scheme": "iob2"},
+        "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
+        "data": {
+            "train": str(files["train"]),
+            "validation": str(files["dev"]),
+            "test": str(files["test"]),
+            "format": "conll",
+            "scheme": "iob2",
+        },
+        "training": {
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "learning_rate": args.learning_rate,
+            "seed": seed,
+            "batch_order": args.batch_order,
+            "micro_batches": args.micro_batches,
+        },
+    }
     ours = run_bertkit(recipe, workdir)
     final = ours.pop("metrics")
-    ours.update(dev_f1=final["final"]["validation"]["f1"], test_f1=final["final"]["test"]["f1"],
-                epochs=[{k: e.get(k) for k in ("epoch", "val_f1", "train_seconds")}
-                        for e in final["epochs"]], **threads(),
-                **bertkit_decodings(workdir / "bertkit-run", files))
-    reference = run_reference(args.python, "ner", {
-        "model": str(preset_folder()), "train": files["train"],
-        "dev": files["dev"], "test": files["test"], "max_length": args.sequence_length,
-        "epochs": args.epochs, "batch_size": args.batch_size,
-        "learning_rate": args.learning_rate, "seed": seed}, workdir)
+    ours.update(
+        dev_f1=final["final"]["validation"]["f1"],
+        test_f1=final["final"]["test"]["f1"],
+        epochs=[
+            {k: e.get(k) for k in ("epoch", "val_f1", "train_seconds")} for e in final["epochs"]
+        ],
+        **threads(),
+        **bertkit_decodings(workdir / "bertkit-run", files),
+    )
+    reference = run_reference(
+        args.python,
+        "ner",
+        {
+            "model": str(preset_folder()),
+            "train": files["train"],
+            "dev": files["dev"],
+            "test": files["test"],
+            "max_length": args.sequence_length,
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "learning_rate": args.learning_rate,
+            "seed": seed,
+        },
+        workdir,
+    )
     reference.update(reference_decodings(reference, gold))
     for split in ("dev", "test"):  # transformers' own rule
         reference[f"{split}_f1"] = reference[f"{split}_f1_argmax"]
-    return {"bertkit": add_throughput(ours),
-            "HF transformers + torch": add_throughput(reference)}
+    return {"bertkit": add_throughput(ours), "HF transformers + torch": add_throughput(reference)}
 
 
 def evaluate_tags(gold: list, predicted: list) -> float:
@@ -138,31 +167,57 @@ def print_decodings(by_seed: dict) -> None:
     """Dev / test F1 of each system under each decoding, per seed, and their means."""
     columns = [(name, decoding) for name in next(iter(by_seed.values())) for decoding in DECODINGS]
     print("\ndev / test entity F1 by decoding")
-    print("seed   " + "  ".join(f"{name.split()[0] + ' ' + decoding:>21}"
-                                for name, decoding in columns))
-    rows = {seed: [[results[name][f"{split}_f1_{decoding}"] for split in ("dev", "test")]
-                   for name, decoding in columns] for seed, results in by_seed.items()}
+    print(
+        "seed   "
+        + "  ".join(f"{name.split()[0] + ' ' + decoding:>21}" for name, decoding in columns)
+    )
+    rows = {
+        seed: [
+            [results[name][f"{split}_f1_{decoding}"] for split in ("dev", "test")]
+            for name, decoding in columns
+        ]
+        for seed, results in by_seed.items()
+    }
     if len(rows) > 1:
-        rows["mean"] = [[sum(row[c][i] for row in rows.values()) / len(rows) for i in (0, 1)]
-                        for c in range(len(columns))]
+        rows["mean"] = [
+            [sum(row[c][i] for row in rows.values()) / len(rows) for i in (0, 1)]
+            for c in range(len(columns))
+        ]
     for seed, row in rows.items():
         print(f"{seed!s:<6} " + "  ".join(f"{dev:>12.4f} / {test:.4f}" for dev, test in row))
 
 
 def main():
     parser = argument_parser(__doc__, "folder holding conll2003/")
-    parser.add_argument("--train-size", type=int, default=None,
-                        help="the first N training sentences (default: all 14,041)")
+    parser.add_argument(
+        "--train-size",
+        type=int,
+        default=None,
+        help="the first N training sentences (default: all 14,041)",
+    )
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sequence-length", type=int, default=128)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--batch-order", choices=["length_buckets", "random"], default="random",
-                        help="bertkit's training.batch_order (default: recipes/ner.yaml's)")
-    parser.add_argument("--micro-batches", type=int, default=4,
-                        help="bertkit's training.micro_batches (default: recipes/ner.yaml's)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[42],
-                        help="one run of each system per seed; several give means")
+    parser.add_argument(
+        "--batch-order",
+        choices=["length_buckets", "random"],
+        default="random",
+        help="bertkit's training.batch_order (default: recipes/ner.yaml's)",
+    )
+    parser.add_argument(
+        "--micro-batches",
+        type=int,
+        default=4,
+        help="bertkit's training.micro_batches (default: recipes/ner.yaml's)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[42],
+        help="one run of each system per seed; several give means",
+    )
     args = parser.parse_args()
 
     from bertkit_tasks.tagging.conll import read_conll
@@ -179,15 +234,33 @@ def main():
     for seed in dict.fromkeys(args.seeds):  # each seed once
         (workdir / f"seed-{seed}").mkdir()
         by_seed[seed] = results = run_pair(args, seed, files, gold, workdir / f"seed-{seed}")
-        print_table(f"CoNLL-2003 NER, seed {seed}, {train_sentences} training sentences x "
-                    f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.learning_rate}, "
-                    f"sequence length {args.sequence_length}; entity F1 "
-                    "(bertkit_tasks.tagging.conlleval) on "
-                    f"dev {len(gold['dev'])} / test {len(gold['test'])} sentences",
-                    ("dev_f1", "test_f1"), results, digits=4)
-        print(json.dumps({"benchmark": "conll2003_ner", "settings": vars(args) | {
-            "seed": seed, "data": str(args.data), "train_sentences": train_sentences,
-            "python": sys.executable, "workdir": str(workdir)}, **results}), flush=True)
+        print_table(
+            f"CoNLL-2003 NER, seed {seed}, {train_sentences} training sentences x "
+            f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.learning_rate}, "
+            f"sequence length {args.sequence_length}; entity F1 "
+            "(bertkit_tasks.tagging.conlleval) on "
+            f"dev {len(gold['dev'])} / test {len(gold['test'])} sentences",
+            ("dev_f1", "test_f1"),
+            results,
+            digits=4,
+        )
+        print(
+            json.dumps(
+                {
+                    "benchmark": "conll2003_ner",
+                    "settings": vars(args)
+                    | {
+                        "seed": seed,
+                        "data": str(args.data),
+                        "train_sentences": train_sentences,
+                        "python": sys.executable,
+                        "workdir": str(workdir),
+                    },
+                    **results,
+                }
+            ),
+            flush=True,
+        )
     print_decodings(by_seed)
 
 

@@ -55,28 +55,54 @@ from report import ROWS, derive, table  # noqa: E402
 from stages import Runner, Stage, finetune_figures  # noqa: E402
 
 # seconds: each stage's limit, and the whole check's (under 8 minutes with the set-up)
-TIMEOUTS = {"base": dict(matmul=60, checkpoint=90, steps=90, finetune_sst2=210,
-                         hf_sst2=150, finetune_conll=180, budget=450),
-            "tiny": dict(matmul=120, checkpoint=120, steps=240, finetune_sst2=400,
-                         hf_sst2=300, finetune_conll=400, budget=1800)}
+TIMEOUTS = {
+    "base": dict(
+        matmul=60,
+        checkpoint=90,
+        steps=90,
+        finetune_sst2=210,
+        hf_sst2=150,
+        finetune_conll=180,
+        budget=450,
+    ),
+    "tiny": dict(
+        matmul=120,
+        checkpoint=120,
+        steps=240,
+        finetune_sst2=400,
+        hf_sst2=300,
+        finetune_conll=400,
+        budget=1800,
+    ),
+}
 FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-NOT_GPU = ("**These are not GPU figures**: {why}. They check that every stage runs; they say "
-           "nothing about speed on a GPU.")
+NOT_GPU = (
+    "**These are not GPU figures**: {why}. They check that every stage runs; they say "
+    "nothing about speed on a GPU."
+)
 
 
 class Check:
     """One run of the check: the stages in order, each one's record in `results`."""
 
-    def __init__(self, carry: Path, shape: str, out: Path, work: Path,
-                 torch_python: str | None, budget: float | None):
+    def __init__(
+        self,
+        carry: Path,
+        shape: str,
+        out: Path,
+        work: Path,
+        torch_python: str | None,
+        budget: float | None,
+    ):
         self.carry, self.shape, self.out, self.work = carry, shape, out, work
         self.started, self.limits = time.time(), TIMEOUTS[shape]
         out.mkdir(parents=True, exist_ok=True)
         work.mkdir(parents=True, exist_ok=True)
         self.stock_env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.env, self.notes = environment(carry, work, shape)
-        self.runner = Runner(out / "logs", self.env, work,
-                             self.started + (budget or self.limits["budget"]))
+        self.runner = Runner(
+            out / "logs", self.env, work, self.started + (budget or self.limits["budget"])
+        )
         self.jax = [sys.executable, str(HERE / "gpu" / "jax_worker.py")]
         self.torch = [torch_python or sys.executable, str(HERE / "gpu" / "torch_worker.py")]
         self.torch_missing = missing_torch(self.torch[0], self.stock_env)
@@ -96,8 +122,14 @@ class Check:
     def stage(self, key, argv, timeout, skip=None, collect=None) -> dict:
         label = dict(ROWS)[key].format(*self.settings["sequence_lengths"])
         # transformers runs in the machine's own environment, without the carry's wheels
-        stage = Stage(key, label, argv, timeout, skip,
-                      env=self.stock_env if argv and argv[:2] == self.torch else None)
+        stage = Stage(
+            key,
+            label,
+            argv,
+            timeout,
+            skip,
+            env=self.stock_env if argv and argv[:2] == self.torch else None,
+        )
         if collect:
             stage.collect = collect
         record = self.results[key] = self.runner.run(stage)
@@ -115,8 +147,15 @@ class Check:
     def random_checkpoint(self) -> str | None:
         """A random BERT with the carry's vocabulary, written by transformers (else, or if
         that fails, with NumPy); returns why the stages that need it cannot run, or None."""
-        arguments = ["checkpoint", "--shape", self.shape, "--tokenizer",
-                     str(self.carry / "tokenizer"), "--out", str(self.checkpoint)]
+        arguments = [
+            "checkpoint",
+            "--shape",
+            self.shape,
+            "--tokenizer",
+            str(self.carry / "tokenizer"),
+            "--out",
+            str(self.checkpoint),
+        ]
         failed = None
         for writer in ([] if self.torch_missing else [self.torch]) + [self.jax]:
             shutil.rmtree(self.checkpoint, ignore_errors=True)
@@ -132,28 +171,48 @@ class Check:
         """Steady-state training steps, transformers then bertkit, at each length."""
         for who, argv in (("hf", self.torch), ("bertkit", self.jax)):
             for index, length in enumerate(self.settings["sequence_lengths"]):
-                self.stage(f"{who}_steps_{index}", argv + [
-                    "steps", "--shape", self.shape, "--sequence-length", str(length)],
-                    self.limits["steps"], self.torch_missing if who == "hf" else None)
+                self.stage(
+                    f"{who}_steps_{index}",
+                    argv + ["steps", "--shape", self.shape, "--sequence-length", str(length)],
+                    self.limits["steps"],
+                    self.torch_missing if who == "hf" else None,
+                )
 
     def finetune(self, name: str, no_checkpoint: str | None) -> None:
         """The whole `bertkit finetune --features` on JAX, TensorFlow blocked."""
         key = f"finetune_{name}"
         run_dir, features = self.work / f"{key}_run", self.carry / f"{name}.features.npz"
         shutil.rmtree(run_dir, ignore_errors=True)  # a run left there would be resumed
-        self.stage(key, [sys.executable, str(HERE / "gpu" / "bertkit_without_tensorflow.py"),
-                         "finetune", str(self.carry / f"{name}.yaml"), "--features",
-                         str(features), "--set", f"backbone.preset={self.checkpoint}",
-                         "--output", str(run_dir)],
-                   self.limits[key], no_checkpoint, finetune_figures(run_dir, features))
+        self.stage(
+            key,
+            [
+                sys.executable,
+                str(HERE / "gpu" / "bertkit_without_tensorflow.py"),
+                "finetune",
+                str(self.carry / f"{name}.yaml"),
+                "--features",
+                str(features),
+                "--set",
+                f"backbone.preset={self.checkpoint}",
+                "--output",
+                str(run_dir),
+            ],
+            self.limits[key],
+            no_checkpoint,
+            finetune_figures(run_dir, features),
+        )
         if (run_dir / "run.json").is_file():
             shutil.copy(run_dir / "run.json", self.out / "logs" / f"{key}.run.json")
 
     def transformers_sst2(self, no_checkpoint: str | None) -> None:
         """transformers' whole loop on the SST-2 recipe's epoch."""
         arguments, unreadable = hf_sst2_arguments(self.carry, self.checkpoint)
-        self.stage("hf_sst2", self.torch + arguments, self.limits["hf_sst2"],
-                   self.torch_missing or no_checkpoint or unreadable)
+        self.stage(
+            "hf_sst2",
+            self.torch + arguments,
+            self.limits["hf_sst2"],
+            self.torch_missing or no_checkpoint or unreadable,
+        )
 
 
 def finish(results, shape, out, carry, notes, started) -> dict:
@@ -169,10 +228,17 @@ def finish(results, shape, out, carry, notes, started) -> dict:
     text = table(results, lengths, header(shape, carry, results, notes, peak, started))
     print("\n" + text, flush=True)
     (out / "gpu_check.md").write_text(text + "\n")
-    document = {"shape": shape, "model": SHAPES[shape], "settings": SETTINGS[shape],
-                "peak_tflops": peak, "notes": notes, "rows": [key for key, _ in ROWS],
-                "carry_manifest": _read_json(carry / "manifest.json"), "results": results,
-                "seconds": time.time() - started}
+    document = {
+        "shape": shape,
+        "model": SHAPES[shape],
+        "settings": SETTINGS[shape],
+        "peak_tflops": peak,
+        "notes": notes,
+        "rows": [key for key, _ in ROWS],
+        "carry_manifest": _read_json(carry / "manifest.json"),
+        "results": results,
+        "seconds": time.time() - started,
+    }
     (out / "gpu_check.json").write_text(json.dumps(document, indent=1, default=str))
     return document
 
@@ -181,24 +247,34 @@ def header(shape, carry, results, notes, peak, started) -> list[str]:
     jax, torch = results["matmul_jax"], results["matmul_torch"]
     versions = {**jax.get("versions", {}), **torch.get("versions", {})}
     commit = (_read_json(carry / "manifest.json") or {}).get("made_from", {})
-    lines = [f"bertkit GPU check, shape {shape} ({SHAPES[shape]['num_layers']} layers, hidden "
-             f"{SHAPES[shape]['hidden_dim']}), "
-             f"{datetime.datetime.fromtimestamp(started):%Y-%m-%d %H:%M}",
-             "",
-             f"- device: {jax.get('device', '?')} (JAX platform {jax.get('platform', '?')}, "
-             f"{jax.get('device_count', '?')} device(s)); torch: {torch.get('device', '-')}",
-             "- versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v)
-             + f"; carry made at bertkit {commit.get('bertkit_commit', '?')[:10]}"
-             + (f" with {commit['uncommitted_files']} uncommitted files"
-                if commit.get("uncommitted_files") else ""),
-             f"- MFU: jax_train_throughput's training FLOPs / the matmul ceiling "
-             f"({f'{peak:.3g} TFLOP/s' if peak else 'not measured'}); whole runs count real "
-             "tokens only, over their training steps' seconds"]
+    lines = [
+        f"bertkit GPU check, shape {shape} ({SHAPES[shape]['num_layers']} layers, hidden "
+        f"{SHAPES[shape]['hidden_dim']}), "
+        f"{datetime.datetime.fromtimestamp(started):%Y-%m-%d %H:%M}",
+        "",
+        f"- device: {jax.get('device', '?')} (JAX platform {jax.get('platform', '?')}, "
+        f"{jax.get('device_count', '?')} device(s)); torch: {torch.get('device', '-')}",
+        "- versions: "
+        + ", ".join(f"{k} {v}" for k, v in versions.items() if v)
+        + f"; carry made at bertkit {commit.get('bertkit_commit', '?')[:10]}"
+        + (
+            f" with {commit['uncommitted_files']} uncommitted files"
+            if commit.get("uncommitted_files")
+            else ""
+        ),
+        f"- MFU: jax_train_throughput's training FLOPs / the matmul ceiling "
+        f"({f'{peak:.3g} TFLOP/s' if peak else 'not measured'}); whole runs count real "
+        "tokens only, over their training steps' seconds",
+    ]
     platform = jax.get("platform", "unknown (the JAX ceiling's stage failed)")
     if shape == "tiny" or platform != "gpu":
         why = [f"JAX's platform is {platform}"] if platform != "gpu" else []
-        lines.append("- " + NOT_GPU.format(why="; ".join(
-            (["a dry run (--shape tiny)"] if shape == "tiny" else []) + why)))
+        lines.append(
+            "- "
+            + NOT_GPU.format(
+                why="; ".join((["a dry run (--shape tiny)"] if shape == "tiny" else []) + why)
+            )
+        )
     return lines + [f"- note: {note}" for note in notes]
 
 
@@ -206,8 +282,13 @@ def environment(carry: Path, work: Path, shape: str) -> tuple[dict, list[str]]:
     """The stages' environment: JAX as Keras' backend, bertkit's compilation cache in the
     work folder (a fresh machine's: cold), and the carry's wheels where keras or bertkit
     is missing."""
-    env = {**os.environ, "KERAS_BACKEND": "jax", "PYTHONUNBUFFERED": "1",
-           "TF_CPP_MIN_LOG_LEVEL": "3", "BERTKIT_COMPILATION_CACHE": str(work / "xla")}
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "PYTHONUNBUFFERED": "1",
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "BERTKIT_COMPILATION_CACHE": str(work / "xla"),
+    }
     if shape == "tiny" and FAST_COMPILE not in env.get("XLA_FLAGS", ""):
         # the dry run's figures mean nothing: compile without LLVM's costly passes
         env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
@@ -217,31 +298,58 @@ def environment(carry: Path, work: Path, shape: str) -> tuple[dict, list[str]]:
     wheels = sorted((carry / "wheels").glob("*.whl"))
     if not wheels:
         return env, ["keras or bertkit is not installed and the carry has no wheels/"]
-    wheels += [wheel for wheel in sorted((carry / "wheels" / "extra").glob("*.whl"))
-               if importlib.util.find_spec(wheel.name.split("-")[0]) is None]
+    wheels += [
+        wheel
+        for wheel in sorted((carry / "wheels" / "extra").glob("*.whl"))
+        if importlib.util.find_spec(wheel.name.split("-")[0]) is None
+    ]
     site = work / "site"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index",
-                           "--no-deps", "--no-compile", "--upgrade", "--target", str(site),
-                           *map(str, wheels)], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--upgrade",
+            "--target",
+            str(site),
+            *map(str, wheels),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode:
         notes.append(f"installing the wheels failed: {done.stderr.strip()[-200:]}")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     sys.path.insert(1, str(site))  # for the FLOP formula (jax_train_throughput imports keras)
-    notes.append(f"installed from the carry into {site}: "
-                 + ", ".join(wheel.name.split("-")[0] for wheel in wheels))
+    notes.append(
+        f"installed from the carry into {site}: "
+        + ", ".join(wheel.name.split("-")[0] for wheel in wheels)
+    )
     return env, notes
 
 
 def bertkit_installed() -> bool:
-    return (all(importlib.util.find_spec(name) for name in ("keras", "keras_hub", "bertkit"))
-            and bool(metadata.entry_points(group="bertkit.tasks")))
+    return all(
+        importlib.util.find_spec(name) for name in ("keras", "keras_hub", "bertkit")
+    ) and bool(metadata.entry_points(group="bertkit.tasks"))
 
 
 def missing_torch(python: str, env: dict) -> str | None:
     """None when `python` imports torch and transformers, else why the stages skip."""
     for name in ("torch", "transformers"):
-        probe = subprocess.run([python, "-c", f"import importlib.util as u, sys; "
-                                f"sys.exit(u.find_spec({name!r}) is None)"], env=env)
+        probe = subprocess.run(
+            [
+                python,
+                "-c",
+                f"import importlib.util as u, sys; sys.exit(u.find_spec({name!r}) is None)",
+            ],
+            env=env,
+        )
         if probe.returncode:
             return f"{name} not installed"
     return None
@@ -257,11 +365,23 @@ def hf_sst2_arguments(carry: Path, checkpoint: Path) -> tuple[list[str], str | N
         training, length = recipe["training"], recipe["backbone"]["sequence_length"]
     except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
         return [], f"the carry's sst2.yaml cannot be read ({type(error).__name__})"
-    return ["sst2", "--model", str(checkpoint), "--train", str(carry / "sst2" / "train.tsv.gz"),
-            "--dev", str(carry / "sst2" / "dev.tsv.gz"),
-            "--max-length", str(length), "--batch-size", str(training["batch_size"]),
-            "--learning-rate", str(training["learning_rate"]),
-            "--epochs", str(training["epochs"])], None
+    return [
+        "sst2",
+        "--model",
+        str(checkpoint),
+        "--train",
+        str(carry / "sst2" / "train.tsv.gz"),
+        "--dev",
+        str(carry / "sst2" / "dev.tsv.gz"),
+        "--max-length",
+        str(length),
+        "--batch-size",
+        str(training["batch_size"]),
+        "--learning-rate",
+        str(training["learning_rate"]),
+        "--epochs",
+        str(training["epochs"]),
+    ], None
 
 
 def _read_json(path: Path):
@@ -277,43 +397,69 @@ def main() -> None:
     sub = commands.add_parser("prepare", help="write the carry folder (needs TensorFlow)")
     sub.add_argument("--data", type=Path, required=True, help="with sst2/ and conll2003/")
     sub.add_argument("--out", type=Path, default=Path("gpu-carry"))
-    sub.add_argument("--preset", default=None,
-                     help="the checkpoint whose tokenizer featurizes (default: MiniLM, "
-                          "bert-base-uncased's vocabulary)")
+    sub.add_argument(
+        "--preset",
+        default=None,
+        help="the checkpoint whose tokenizer featurizes (default: MiniLM, "
+        "bert-base-uncased's vocabulary)",
+    )
     sub.add_argument("--limit", type=int, help="only the first N rows/sentences of each file")
     sub.add_argument("--no-wheels", action="store_true", help="no wheels (a local dry run)")
     sub = commands.add_parser("run", help="every stage and the table (no TensorFlow)")
     sub.add_argument("--carry", type=Path, default=Path("gpu-carry"))
     sub.add_argument("--shape", choices=sorted(SHAPES), default="base")
     sub.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-check-out")))
-    sub.add_argument("--work", type=Path, help="checkpoint, runs, installed wheels "
-                                               "(default: a new temporary folder)")
-    sub.add_argument("--torch-python", help="an interpreter with torch and transformers "
-                                            "(default: this one)")
-    sub.add_argument("--budget", type=float, help="seconds for all stages (default: 450 for "
-                                                  "base, 1800 for tiny)")
+    sub.add_argument(
+        "--work",
+        type=Path,
+        help="checkpoint, runs, installed wheels (default: a new temporary folder)",
+    )
+    sub.add_argument(
+        "--torch-python", help="an interpreter with torch and transformers (default: this one)"
+    )
+    sub.add_argument(
+        "--budget", type=float, help="seconds for all stages (default: 450 for base, 1800 for tiny)"
+    )
     args = parser.parse_args()
     if args.command == "prepare":
         from carry import PRESET, prepare
 
-        manifest = prepare(args.data, args.out, preset=args.preset or PRESET, limit=args.limit,
-                           wheels=not args.no_wheels)
+        manifest = prepare(
+            args.data,
+            args.out,
+            preset=args.preset or PRESET,
+            limit=args.limit,
+            wheels=not args.no_wheels,
+        )
         print(json.dumps(manifest, indent=1))
         print(f"carry: {args.out} ({manifest['bytes'] / 2**20:.1f} MiB)")
-        failed = [name for name, result in manifest.get("wheels", {}).items()
-                  if str(result).startswith("FAILED")]
+        failed = [
+            name
+            for name, result in manifest.get("wheels", {}).items()
+            if str(result).startswith("FAILED")
+        ]
         if failed:
-            raise SystemExit(f"gpu_check prepare: the carry lacks usable wheels for "
-                             f"{', '.join(failed)} (see manifest.json)")
+            raise SystemExit(
+                f"gpu_check prepare: the carry lacks usable wheels for "
+                f"{', '.join(failed)} (see manifest.json)"
+            )
         return
     # as on the GPU machines: TensorFlow is absent for every stage and for this process
     sys.modules["tensorflow"] = sys.modules["tensorflow_text"] = None
     if not (args.carry / "manifest.json").is_file():
-        raise SystemExit(f"gpu_check run: {args.carry} is not a carry folder (no manifest.json;"
-                         " make it with 'gpu_check.py prepare')")
+        raise SystemExit(
+            f"gpu_check run: {args.carry} is not a carry folder (no manifest.json;"
+            " make it with 'gpu_check.py prepare')"
+        )
     work = args.work or Path(tempfile.mkdtemp(prefix="bertkit-gpu-check-"))
-    Check(args.carry.resolve(), args.shape, args.out.resolve(), work.resolve(),
-          args.torch_python, args.budget).run()
+    Check(
+        args.carry.resolve(),
+        args.shape,
+        args.out.resolve(),
+        work.resolve(),
+        args.torch_python,
+        args.budget,
+    ).run()
 
 
 if __name__ == "__main__":

@@ -109,11 +109,20 @@ def read_squad(path) -> list[dict]:
     unanswerable questions have empty answer lists)."""
     with open(path, encoding="utf-8") as handle:
         data = json.load(handle)["data"]
-    return [{"id": qa["id"], "question": qa["question"], "context": paragraph["context"],
-             "answers": {"text": [a["text"] for a in qa["answers"]],
-                         "answer_start": [a["answer_start"] for a in qa["answers"]]}}
-            for article in data for paragraph in article["paragraphs"]
-            for qa in paragraph["qas"]]
+    return [
+        {
+            "id": qa["id"],
+            "question": qa["question"],
+            "context": paragraph["context"],
+            "answers": {
+                "text": [a["text"] for a in qa["answers"]],
+                "answer_start": [a["answer_start"] for a in qa["answers"]],
+            },
+        }
+        for article in data
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    ]
 
 
 def read_sentences(path) -> list[tuple[str, int]]:
@@ -126,15 +135,20 @@ def read_sentences(path) -> list[tuple[str, int]]:
 # ---- NER features (run_ner's tokenize_and_align_labels)
 def ner_features(tokenizer, sentences, label_ids: dict, max_length: int) -> tuple[list, list]:
     """Feature rows (input_ids, token_type_ids, attention_mask, labels) and each row's word ids."""
-    encoded = tokenizer([words for words, _ in sentences], is_split_into_words=True,
-                        truncation=True, max_length=max_length)
+    encoded = tokenizer(
+        [words for words, _ in sentences],
+        is_split_into_words=True,
+        truncation=True,
+        max_length=max_length,
+    )
     rows, word_ids = [], []
     for index, (_, tags) in enumerate(sentences):
         ids = encoded.word_ids(index)
         labels, previous = [], None
         for word in ids:  # first sub-token of a word: its tag; the rest and specials: -100
-            labels.append(IGNORED if word is None or word == previous
-                          else label_ids.get(tags[word], IGNORED))
+            labels.append(
+                IGNORED if word is None or word == previous else label_ids.get(tags[word], IGNORED)
+            )
             previous = word
         rows.append({key: encoded[key][index] for key in encoded.keys()} | {"labels": labels})
         word_ids.append(ids)
@@ -162,10 +176,16 @@ def word_tags(logits, word_ids, num_words: int, labels: list[str]) -> tuple[list
 
 # ---- QA features (run_qa's prepare_train_features / prepare_validation_features)
 def qa_encode(tokenizer, examples, max_length: int, stride: int):
-    return tokenizer([e["question"].lstrip() for e in examples],
-                     [e["context"] for e in examples], truncation="only_second",
-                     max_length=max_length, stride=stride, return_overflowing_tokens=True,
-                     return_offsets_mapping=True, padding=False)
+    return tokenizer(
+        [e["question"].lstrip() for e in examples],
+        [e["context"] for e in examples],
+        truncation="only_second",
+        max_length=max_length,
+        stride=stride,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding=False,
+    )
 
 
 def qa_train_features(tokenizer, examples, max_length: int, stride: int) -> list[dict]:
@@ -176,13 +196,25 @@ def qa_train_features(tokenizer, examples, max_length: int, stride: int) -> list
     for index, offsets in enumerate(encoded["offset_mapping"]):
         example = examples[encoded["overflow_to_sample_mapping"][index]]
         answers = example["answers"]
-        start, end = (answer_positions(encoded.sequence_ids(index), offsets,
-                                       answers["answer_start"][0], len(answers["text"][0]))
-                      if answers["text"] else (0, 0))
-        rows.append({"input_ids": encoded["input_ids"][index],
-                     "token_type_ids": encoded["token_type_ids"][index],
-                     "attention_mask": encoded["attention_mask"][index],
-                     "start_positions": start, "end_positions": end})
+        start, end = (
+            answer_positions(
+                encoded.sequence_ids(index),
+                offsets,
+                answers["answer_start"][0],
+                len(answers["text"][0]),
+            )
+            if answers["text"]
+            else (0, 0)
+        )
+        rows.append(
+            {
+                "input_ids": encoded["input_ids"][index],
+                "token_type_ids": encoded["token_type_ids"][index],
+                "attention_mask": encoded["attention_mask"][index],
+                "start_positions": start,
+                "end_positions": end,
+            }
+        )
     return rows
 
 
@@ -206,32 +238,49 @@ def qa_eval_features(tokenizer, examples, max_length: int, stride: int) -> tuple
     rows, decoding = [], []
     for index, offsets in enumerate(encoded["offset_mapping"]):
         sequence_ids = encoded.sequence_ids(index)
-        rows.append({key: encoded[key][index]
-                     for key in ("input_ids", "token_type_ids", "attention_mask")})
-        decoding.append((encoded["overflow_to_sample_mapping"][index],
-                         [o if s == 1 else None
-                          for o, s in zip(offsets, sequence_ids, strict=True)]))
+        rows.append(
+            {key: encoded[key][index] for key in ("input_ids", "token_type_ids", "attention_mask")}
+        )
+        decoding.append(
+            (
+                encoded["overflow_to_sample_mapping"][index],
+                [o if s == 1 else None for o, s in zip(offsets, sequence_ids, strict=True)],
+            )
+        )
     return rows, decoding
 
 
-def postprocess_qa(examples, decoding, start_logits, end_logits, n_best: int,
-                   max_answer_length: int, with_null: bool = False):
+def postprocess_qa(
+    examples,
+    decoding,
+    start_logits,
+    end_logits,
+    n_best: int,
+    max_answer_length: int,
+    with_null: bool = False,
+):
     """run_qa's `postprocess_qa_predictions`: the best span text per question id; with
     `with_null` (v2.0) also each question's null score difference (see the docstring)."""
     candidates = [[] for _ in examples]
     null_scores = [float("inf")] * len(examples)
     for (example, offsets), starts, ends in zip(decoding, start_logits, end_logits, strict=True):
         null_scores[example] = min(null_scores[example], float(starts[0] + ends[0]))
-        best_starts = np.argsort(starts)[-1:-n_best - 1:-1]
-        best_ends = np.argsort(ends)[-1:-n_best - 1:-1]
+        best_starts = np.argsort(starts)[-1 : -n_best - 1 : -1]
+        best_ends = np.argsort(ends)[-1 : -n_best - 1 : -1]
         for start in best_starts:
             for end in best_ends:
-                if (start >= len(offsets) or end >= len(offsets) or offsets[start] is None
-                        or offsets[end] is None or end < start
-                        or end - start + 1 > max_answer_length):
+                if (
+                    start >= len(offsets)
+                    or end >= len(offsets)
+                    or offsets[start] is None
+                    or offsets[end] is None
+                    or end < start
+                    or end - start + 1 > max_answer_length
+                ):
                     continue
-                candidates[example].append((float(starts[start] + ends[end]),
-                                            offsets[start][0], offsets[end][1]))
+                candidates[example].append(
+                    (float(starts[start] + ends[end]), offsets[start][0], offsets[end][1])
+                )
     predictions, null_score_diffs = {}, {}
     for example, found, null_score in zip(examples, candidates, null_scores, strict=True):
         if not found:
@@ -252,8 +301,9 @@ def train(model, rows, collator, args, after_epoch=None) -> dict:
     (per-epoch evaluation) and leaves the model in training mode again.
     """
     generator = torch.Generator().manual_seed(args.seed)
-    loader = torch.utils.data.DataLoader(rows, batch_size=args.batch_size, shuffle=True,
-                                         collate_fn=collator, generator=generator)
+    loader = torch.utils.data.DataLoader(
+        rows, batch_size=args.batch_size, shuffle=True, collate_fn=collator, generator=generator
+    )
     total_steps = args.epochs * len(loader)
     optimizer, schedule = make_optimizer(model, args, total_steps)
     model.train()
@@ -264,8 +314,11 @@ def train(model, rows, collator, args, after_epoch=None) -> dict:
             padded_tokens += batch["input_ids"].numel()
             loss = train_step(model, batch, optimizer, schedule, args.max_grad_norm)
             if step % 50 == 0:
-                print(f"epoch {epoch + 1} step {step}/{len(loader)} loss {loss.item():.4f} "
-                      f"{time.perf_counter() - started:.0f}s", flush=True)
+                print(
+                    f"epoch {epoch + 1} step {step}/{len(loader)} loss {loss.item():.4f} "
+                    f"{time.perf_counter() - started:.0f}s",
+                    flush=True,
+                )
         if after_epoch is not None:
             paused = time.perf_counter()
             after_epoch(epoch)
@@ -273,18 +326,25 @@ def train(model, rows, collator, args, after_epoch=None) -> dict:
             eval_seconds += time.perf_counter() - paused
             started += time.perf_counter() - paused  # evaluation is not training time
     seconds = time.perf_counter() - started
-    return {"train_seconds": seconds, "eval_seconds": eval_seconds, "train_rows": len(rows),
-            "sequences_trained": len(rows) * args.epochs, "steps": total_steps,
-            "tokens_trained": sum(len(r["input_ids"]) for r in rows) * args.epochs,
-            "padded_tokens_trained": padded_tokens}
+    return {
+        "train_seconds": seconds,
+        "eval_seconds": eval_seconds,
+        "train_rows": len(rows),
+        "sequences_trained": len(rows) * args.epochs,
+        "steps": total_steps,
+        "tokens_trained": sum(len(r["input_ids"]) for r in rows) * args.epochs,
+        "padded_tokens_trained": padded_tokens,
+    }
 
 
 def make_optimizer(model, args, total_steps: int):
     """AdamW (`--adam-epsilon`) and the linear warmup-then-decay schedule."""
-    optimizer = torch.optim.AdamW(parameter_groups(model, args.weight_decay),
-                                  lr=args.learning_rate, eps=args.adam_epsilon)
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, args.weight_decay), lr=args.learning_rate, eps=args.adam_epsilon
+    )
     schedule = transformers.get_linear_schedule_with_warmup(
-        optimizer, int(args.warmup_ratio * total_steps), total_steps)
+        optimizer, int(args.warmup_ratio * total_steps), total_steps
+    )
     return optimizer, schedule
 
 
@@ -301,13 +361,16 @@ def train_step(model, batch, optimizer, schedule, max_grad_norm: float):
 
 def parameter_groups(model, weight_decay: float) -> list[dict]:
     """Weight decay on everything but biases and LayerNorm weights (HF Trainer's rule)."""
-    no_decay = {id(p) for module in model.modules() if isinstance(module, torch.nn.LayerNorm)
-                for p in module.parameters()}
+    no_decay = {
+        id(p)
+        for module in model.modules()
+        if isinstance(module, torch.nn.LayerNorm)
+        for p in module.parameters()
+    }
     decay, rest = [], []
     for name, parameter in model.named_parameters():
         (rest if name.endswith("bias") or id(parameter) in no_decay else decay).append(parameter)
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": rest, "weight_decay": 0.0}]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
 
 
 @torch.no_grad()
@@ -316,11 +379,11 @@ def predict(model, rows, collator, batch_size: int, keys) -> dict[str, list[np.n
     model.eval()
     outputs = {key: [] for key in keys}
     for first in range(0, len(rows), batch_size):
-        chunk = rows[first:first + batch_size]
+        chunk = rows[first : first + batch_size]
         result = model(**collator(chunk))
         for key in keys:
             values = result[key].float().numpy()
-            outputs[key] += [values[i, :len(row["input_ids"])] for i, row in enumerate(chunk)]
+            outputs[key] += [values[i, : len(row["input_ids"])] for i, row in enumerate(chunk)]
     return outputs
 
 
@@ -330,26 +393,38 @@ def run_ner(args, tokenizer) -> dict:
     labels = sorted({tag for _, tags in train_sentences for tag in tags})  # as run_ner
     label_ids = {label: i for i, label in enumerate(labels)}
     model = transformers.BertForTokenClassification.from_pretrained(
-        args.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_ids)
+        args.model, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label_ids
+    )
     collator = transformers.DataCollatorForTokenClassification(tokenizer)
     rows, _ = ner_features(tokenizer, train_sentences, label_ids, args.max_length)
     files = (("dev", args.dev), ("test", args.test)) if args.test else (("dev", args.dev),)
-    splits = {split: (sentences, *ner_features(tokenizer, sentences, label_ids, args.max_length))
-              for split, sentences in ((split, read_conll(path)) for split, path in files)}
+    splits = {
+        split: (sentences, *ner_features(tokenizer, sentences, label_ids, args.max_length))
+        for split, sentences in ((split, read_conll(path)) for split, path in files)
+    }
 
     def tag(split):
         sentences, rows, word_ids = splits[split]
         logits = predict(model, rows, collator, 2 * args.batch_size, ["logits"])["logits"]
-        return [word_tags(row_logits, ids, len(words), labels) for row_logits, ids, (words, _)
-                in zip(logits, word_ids, sentences, strict=True)]
+        return [
+            word_tags(row_logits, ids, len(words), labels)
+            for row_logits, ids, (words, _) in zip(logits, word_ids, sentences, strict=True)
+        ]
 
     dev_tagged_by_epoch = []
-    result = train(model, rows, collator, args, after_epoch=(
-        (lambda epoch: dev_tagged_by_epoch.append(tag("dev"))) if args.eval_each_epoch
-        else None))
+    result = train(
+        model,
+        rows,
+        collator,
+        args,
+        after_epoch=(
+            (lambda epoch: dev_tagged_by_epoch.append(tag("dev"))) if args.eval_each_epoch else None
+        ),
+    )
     if args.eval_each_epoch:
-        result["dev_tags_by_epoch"] = [[tags for tags, _, _ in tagged]
-                                       for tagged in dev_tagged_by_epoch]
+        result["dev_tags_by_epoch"] = [
+            [tags for tags, _, _ in tagged] for tagged in dev_tagged_by_epoch
+        ]
     for split in splits:
         # the last epoch's dev evaluation already tagged dev with the final weights
         tagged = dev_tagged_by_epoch[-1] if split == "dev" and dev_tagged_by_epoch else tag(split)
@@ -367,14 +442,17 @@ def run_classify(args, tokenizer) -> dict:
     dev_rows = read_sentences(args.dev)
     num_labels = max(2, 1 + max(label for _, label in train_rows))
     model = transformers.BertForSequenceClassification.from_pretrained(
-        args.model, num_labels=num_labels)
+        args.model, num_labels=num_labels
+    )
     collator = transformers.DataCollatorWithPadding(tokenizer)
 
     def encode(rows, with_labels):
-        encoded = tokenizer([text for text, _ in rows], truncation=True,
-                            max_length=args.max_length)
-        return [{key: encoded[key][i] for key in encoded.keys()}
-                | ({"labels": label} if with_labels else {}) for i, (_, label) in enumerate(rows)]
+        encoded = tokenizer([text for text, _ in rows], truncation=True, max_length=args.max_length)
+        return [
+            {key: encoded[key][i] for key in encoded.keys()}
+            | ({"labels": label} if with_labels else {})
+            for i, (_, label) in enumerate(rows)
+        ]
 
     dev = encode(dev_rows, with_labels=False)
 
@@ -383,8 +461,13 @@ def run_classify(args, tokenizer) -> dict:
         return [int(np.argmax(row)) for row in logits]
 
     by_epoch = []
-    result = train(model, encode(train_rows, with_labels=True), collator, args,
-                   after_epoch=lambda epoch: by_epoch.append(dev_predictions()))
+    result = train(
+        model,
+        encode(train_rows, with_labels=True),
+        collator,
+        args,
+        after_epoch=lambda epoch: by_epoch.append(dev_predictions()),
+    )
     result["dev_predictions_by_epoch"] = by_epoch
     result["dev_labels"] = [label for _, label in dev_rows]
     return result
@@ -398,9 +481,15 @@ def run_qa(args, tokenizer) -> dict:
     examples = read_squad(args.eval)
     rows, decoding = qa_eval_features(tokenizer, examples, args.max_length, args.stride)
     logits = predict(model, rows, collator, 2 * args.batch_size, ["start_logits", "end_logits"])
-    decoded = postprocess_qa(examples, decoding, logits["start_logits"], logits["end_logits"],
-                             args.n_best, args.max_answer_length,
-                             with_null=args.version == "2.0")
+    decoded = postprocess_qa(
+        examples,
+        decoding,
+        logits["start_logits"],
+        logits["end_logits"],
+        args.n_best,
+        args.max_answer_length,
+        with_null=args.version == "2.0",
+    )
     if args.version == "2.0":
         result["predictions"], result["null_score_diffs"] = decoded
     else:
@@ -415,7 +504,8 @@ def run_replay(args, tokenizer) -> dict:
     replay = np.load(args.batches)
     labels = [str(label) for label in replay["labels"]]
     model = transformers.BertForTokenClassification.from_pretrained(
-        args.model, num_labels=len(labels))
+        args.model, num_labels=len(labels)
+    )
     with torch.no_grad():
         model.classifier.weight.copy_(torch.tensor(replay["kernel"].T))
         model.classifier.bias.zero_()
@@ -427,15 +517,29 @@ def run_replay(args, tokenizer) -> dict:
     for first in range(0, epochs * steps, parts):
         if first % steps == 0:
             total, rows = 0.0, 0  # Keras' running mean restarts every epoch
-        batch = [{key: torch.tensor(replay[f"{key}_{first + k}"]).long()
-                  for key in ("token_ids", "padding_mask", "labels")} for k in range(parts)]
+        batch = [
+            {
+                key: torch.tensor(replay[f"{key}_{first + k}"]).long()
+                for key in ("token_ids", "padding_mask", "labels")
+            }
+            for k in range(parts)
+        ]
         labelled = sum(int((part["labels"] != IGNORED).sum()) for part in batch)
         for part in batch:  # the whole batch's mean over its labelled tokens
-            logits = model(input_ids=part["token_ids"], attention_mask=part["padding_mask"],
-                           token_type_ids=torch.zeros_like(part["token_ids"])).logits
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, len(labels)), part["labels"].reshape(-1),
-                ignore_index=IGNORED, reduction="sum") / labelled
+            logits = model(
+                input_ids=part["token_ids"],
+                attention_mask=part["padding_mask"],
+                token_type_ids=torch.zeros_like(part["token_ids"]),
+            ).logits
+            loss = (
+                torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, len(labels)),
+                    part["labels"].reshape(-1),
+                    ignore_index=IGNORED,
+                    reduction="sum",
+                )
+                / labelled
+            )
             loss.backward()
             # Keras logs each micro-batch's loss scaled by the parts (its accumulation
             # averages them) and keeps a mean weighted by rows.
@@ -447,12 +551,16 @@ def run_replay(args, tokenizer) -> dict:
         schedule.step()
         optimizer.zero_grad()
     sentences = read_conll(args.dev)
-    dev_rows, word_ids = ner_features(tokenizer, sentences, {label: i for i, label in
-                                                          enumerate(labels)}, args.max_length)
-    logits = predict(model, dev_rows, transformers.DataCollatorForTokenClassification(tokenizer),
-                     64, ["logits"])["logits"]
-    tags = [word_tags(row_logits, ids, len(words), labels)[0] for row_logits, ids, (words, _)
-            in zip(logits, word_ids, sentences, strict=True)]
+    dev_rows, word_ids = ner_features(
+        tokenizer, sentences, {label: i for i, label in enumerate(labels)}, args.max_length
+    )
+    logits = predict(
+        model, dev_rows, transformers.DataCollatorForTokenClassification(tokenizer), 64, ["logits"]
+    )["logits"]
+    tags = [
+        word_tags(row_logits, ids, len(words), labels)[0]
+        for row_logits, ids, (words, _) in zip(logits, word_ids, sentences, strict=True)
+    ]
     return {"losses": losses, "dev_tags": tags, "dev_gold": [tags for _, tags in sentences]}
 
 
@@ -465,38 +573,49 @@ def throughput_rows(args, tokenizer) -> tuple:
     if args.task == "classification":
         sentences = read_sentences(args.train)
         model = transformers.BertForSequenceClassification.from_pretrained(  # labels 0..k-1;
-            args.model, num_labels=max(2, 1 + max(label for _, label in sentences)))  # >= 2
-        encoded = tokenizer([text for text, _ in sentences], truncation=True,
-                            max_length=args.max_length)
-        rows = [{key: encoded[key][i] for key in encoded.keys()} | {"labels": label}
-                for i, (_, label) in enumerate(sentences)]
-        return model, transformers.DataCollatorWithPadding(tokenizer), rows[:args.rows]
+            args.model, num_labels=max(2, 1 + max(label for _, label in sentences))
+        )  # >= 2
+        encoded = tokenizer(
+            [text for text, _ in sentences], truncation=True, max_length=args.max_length
+        )
+        rows = [
+            {key: encoded[key][i] for key in encoded.keys()} | {"labels": label}
+            for i, (_, label) in enumerate(sentences)
+        ]
+        return model, transformers.DataCollatorWithPadding(tokenizer), rows[: args.rows]
     if args.task == "tagging":
         sentences = read_conll(args.train)
         labels = sorted({tag for _, tags in sentences for tag in tags})
         model = transformers.BertForTokenClassification.from_pretrained(
-            args.model, num_labels=len(labels))
-        rows, _ = ner_features(tokenizer, sentences, {label: i for i, label in enumerate(labels)},
-                               args.max_length)
-        return model, transformers.DataCollatorForTokenClassification(tokenizer), rows[:args.rows]
+            args.model, num_labels=len(labels)
+        )
+        rows, _ = ner_features(
+            tokenizer, sentences, {label: i for i, label in enumerate(labels)}, args.max_length
+        )
+        return model, transformers.DataCollatorForTokenClassification(tokenizer), rows[: args.rows]
     model = transformers.BertForQuestionAnswering.from_pretrained(args.model)
     rows = qa_train_features(tokenizer, read_squad(args.train), args.max_length, args.stride)
-    return model, transformers.DataCollatorWithPadding(tokenizer), rows[:args.rows]
+    return model, transformers.DataCollatorWithPadding(tokenizer), rows[: args.rows]
 
 
 def step_record(batch, seconds: float) -> dict:
     """A step's padded shape and real tokens (as benchmarks/throughput.py records them)."""
     lengths = batch["attention_mask"].sum(dim=1).long()
-    return {"rows": int(lengths.numel()), "width": int(batch["input_ids"].shape[1]),
-            "tokens": int(lengths.sum()), "tokens_squared": int((lengths ** 2).sum()),
-            "seconds": seconds}
+    return {
+        "rows": int(lengths.numel()),
+        "width": int(batch["input_ids"].shape[1]),
+        "tokens": int(lengths.sum()),
+        "tokens_squared": int((lengths**2).sum()),
+        "seconds": seconds,
+    }
 
 
 def timed_train(model, rows, collator, args) -> list[dict]:
     """One epoch over `rows`, shuffled; a record per step (its seconds include collation)."""
     generator = torch.Generator().manual_seed(args.seed)
-    loader = torch.utils.data.DataLoader(rows, batch_size=args.batch_size, shuffle=True,
-                                         collate_fn=collator, generator=generator)
+    loader = torch.utils.data.DataLoader(
+        rows, batch_size=args.batch_size, shuffle=True, collate_fn=collator, generator=generator
+    )
     optimizer, schedule = make_optimizer(model, args, len(loader))
     model.train()
     records, last = [], time.perf_counter()
@@ -515,7 +634,7 @@ def timed_inference(model, rows, collator, batch_size: int) -> list[dict]:
     rows = [{key: value for key, value in row.items() if key not in _TARGETS} for row in rows]
     records, last = [], time.perf_counter()
     for first in range(0, len(rows), batch_size):
-        batch = collator(rows[first:first + batch_size])
+        batch = collator(rows[first : first + batch_size])
         model(**batch)
         now = time.perf_counter()
         records.append(step_record(batch, now - last))
@@ -532,7 +651,7 @@ def matmul_gflops(size: int, repeats: int = 3) -> float:
         torch.mm(a, b)
         if attempt:  # the first one warms up
             best = min(best, time.perf_counter() - started)
-    return 2 * size ** 3 / best / 1e9
+    return 2 * size**3 / best / 1e9
 
 
 def run_throughput(args, tokenizer) -> dict:
@@ -554,8 +673,11 @@ def main():
     ner = commands.add_parser("ner", help="token classification on CoNLL files")
     ner.add_argument("--dev", required=True)
     ner.add_argument("--test", help="also tag this file after training")
-    ner.add_argument("--eval-each-epoch", action="store_true",
-                     help="also write the dev tags after every epoch (dev_tags_by_epoch)")
+    ner.add_argument(
+        "--eval-each-epoch",
+        action="store_true",
+        help="also write the dev tags after every epoch (dev_tags_by_epoch)",
+    )
     classify = commands.add_parser("classify", help="text classification on GLUE-style TSVs")
     classify.add_argument("--dev", required=True)
     replay = commands.add_parser("replay", help="train on bertkit's batches (training_parity)")
@@ -568,8 +690,7 @@ def main():
     qa.add_argument("--n-best", type=int, default=20)
     qa.add_argument("--max-answer-length", type=int, default=30)
     throughput = commands.add_parser("throughput", help="steady-state steps/s, one task")
-    throughput.add_argument("--task", choices=["classification", "tagging", "qa"],
-                            required=True)
+    throughput.add_argument("--task", choices=["classification", "tagging", "qa"], required=True)
     throughput.add_argument("--rows", type=int, required=True, help="first N training rows")
     throughput.add_argument("--eval-batch-size", type=int, required=True)
     throughput.add_argument("--stride", type=int, default=128, help="qa: overlap (tokens)")
@@ -597,18 +718,30 @@ def main():
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)  # the head's initialization and dropout
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
-    run = {"ner": run_ner, "classify": run_classify, "qa": run_qa,
-           "throughput": run_throughput, "replay": run_replay}[args.command]
+    run = {
+        "ner": run_ner,
+        "classify": run_classify,
+        "qa": run_qa,
+        "throughput": run_throughput,
+        "replay": run_replay,
+    }[args.command]
     result = run(args, tokenizer)
-    result.update(torch_threads=torch.get_num_threads(), torch=torch.__version__,
-                  transformers=transformers.__version__, imported_at=IMPORTED_AT,
-                  finished_at=time.time())
+    result.update(
+        torch_threads=torch.get_num_threads(),
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        imported_at=IMPORTED_AT,
+        finished_at=time.time(),
+    )
     if args.command not in ("throughput", "replay"):
-        result["train_sequences_per_second"] = (result["sequences_trained"]
-                                                / max(result["train_seconds"], 1e-9))
-        print(f"trained {result['sequences_trained']} sequences in "
-              f"{result['train_seconds']:.1f}s ({result['train_sequences_per_second']:.1f}/s, "
-              f"{result['torch_threads']} threads)")
+        result["train_sequences_per_second"] = result["sequences_trained"] / max(
+            result["train_seconds"], 1e-9
+        )
+        print(
+            f"trained {result['sequences_trained']} sequences in "
+            f"{result['train_seconds']:.1f}s ({result['train_sequences_per_second']:.1f}/s, "
+            f"{result['torch_threads']} threads)"
+        )
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump(result, handle)
 

@@ -26,9 +26,11 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-SHAPES = {"base": dict(num_layers=12, hidden_dim=768, num_heads=12, intermediate_dim=3072),
-          "minilm": dict(num_layers=6, hidden_dim=384, num_heads=12, intermediate_dim=1536),
-          "tiny": dict(num_layers=2, hidden_dim=128, num_heads=2, intermediate_dim=512)}
+SHAPES = {
+    "base": dict(num_layers=12, hidden_dim=768, num_heads=12, intermediate_dim=3072),
+    "minilm": dict(num_layers=6, hidden_dim=384, num_heads=12, intermediate_dim=1536),
+    "tiny": dict(num_layers=2, hidden_dim=128, num_heads=2, intermediate_dim=512),
+}
 
 
 def training_flops_per_sequence(shape: dict, sequence_length: int) -> float:
@@ -44,21 +46,26 @@ def build_model(shape: dict, sequence_length: int):
     from bertkit.recipes.recipe import TrainingConfig
     from bertkit.training.optimization import make_optimizer
 
-    backbone = keras_hub.models.BertBackbone(vocabulary_size=30522, max_sequence_length=512,
-                                             **shape)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=30522, max_sequence_length=512, **shape
+    )
     logits = keras.layers.Dense(2, name="classifier")(backbone.output["pooled_output"])
     model = keras.Model(backbone.input, logits)
-    model.compile(optimizer=make_optimizer(TrainingConfig(epochs=1), steps_per_epoch=1000),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=True)
+    model.compile(
+        optimizer=make_optimizer(TrainingConfig(epochs=1), steps_per_epoch=1000),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        jit_compile=True,
+    )
     return model
 
 
 def synthetic_batches(batch_size: int, sequence_length: int, steps: int, seed: int = 0):
     rng = np.random.default_rng(seed)
-    inputs = {"token_ids": rng.integers(1000, 30000, (batch_size, sequence_length), np.int32),
-              "segment_ids": np.zeros((batch_size, sequence_length), np.int32),
-              "padding_mask": np.ones((batch_size, sequence_length), np.int32)}
+    inputs = {
+        "token_ids": rng.integers(1000, 30000, (batch_size, sequence_length), np.int32),
+        "segment_ids": np.zeros((batch_size, sequence_length), np.int32),
+        "padding_mask": np.ones((batch_size, sequence_length), np.int32),
+    }
     labels = rng.integers(0, 2, batch_size).astype(np.int32)
     return [(inputs, labels)] * steps
 
@@ -81,10 +88,15 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--mixed-precision", choices=["bfloat16", "float16", "none"],
-                        default="bfloat16")
-    parser.add_argument("--peak-tflops", type=float, default=989.0,
-                        help="dense peak of the device in TFLOP/s (H100 bf16: 989)")
+    parser.add_argument(
+        "--mixed-precision", choices=["bfloat16", "float16", "none"], default="bfloat16"
+    )
+    parser.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=989.0,
+        help="dense peak of the device in TFLOP/s (H100 bf16: 989)",
+    )
     args = parser.parse_args()
 
     if sys.modules.get("tensorflow") is not None:
@@ -93,8 +105,10 @@ def main():
         keras.config.set_dtype_policy(f"mixed_{args.mixed_precision}")
     import jax
 
-    print(f"backend {keras.backend.backend()}, devices {jax.devices()}, shape {args.preset}, "
-          f"batch {args.batch_size}, precision {args.mixed_precision}")
+    print(
+        f"backend {keras.backend.backend()}, devices {jax.devices()}, shape {args.preset}, "
+        f"batch {args.batch_size}, precision {args.mixed_precision}"
+    )
     shape = SHAPES[args.preset]
     for length in args.sequence_length:
         model = build_model(shape, length)
@@ -102,8 +116,10 @@ def main():
         seconds = time_fit(model, batches, args.warmup)
         sequences_per_second = args.steps * args.batch_size / seconds
         achieved = sequences_per_second * training_flops_per_sequence(shape, length) / 1e12
-        print(f"seq {length:4d}: {sequences_per_second:9.1f} seq/s, {achieved:8.2f} TFLOP/s, "
-              f"MFU {100 * achieved / args.peak_tflops:5.1f}% of {args.peak_tflops:g} TFLOP/s")
+        print(
+            f"seq {length:4d}: {sequences_per_second:9.1f} seq/s, {achieved:8.2f} TFLOP/s, "
+            f"MFU {100 * achieved / args.peak_tflops:5.1f}% of {args.peak_tflops:g} TFLOP/s"
+        )
 
 
 if __name__ == "__main__":

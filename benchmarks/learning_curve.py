@@ -46,17 +46,19 @@ from common import PRESET, REFERENCE, argument_parser, preset_folder, write_firs
 
 from bertkit.recipes.recipe import TrainingConfig
 
-CONFIGS = {"random+micro4": {"batch_order": "random", "micro_batches": 4},
-           "random+packed": {"batch_order": "random", "micro_batches": 1, "packing": True},
-           "random": {"batch_order": "random", "micro_batches": 1},
-           "length_buckets": {"batch_order": "length_buckets", "micro_batches": 1}}
+CONFIGS = {
+    "random+micro4": {"batch_order": "random", "micro_batches": 4},
+    "random+packed": {"batch_order": "random", "micro_batches": 1, "packing": True},
+    "random": {"batch_order": "random", "micro_batches": 1},
+    "length_buckets": {"batch_order": "length_buckets", "micro_batches": 1},
+}
 REFERENCE_NAME = "transformers"
 
 
 # ---- data subsets
 def first_tsv_rows(source: Path, target: Path, count: int) -> None:
     lines = source.read_text(encoding="utf-8").splitlines()
-    target.write_text("\n".join(lines[:count + 1]) + "\n", encoding="utf-8")
+    target.write_text("\n".join(lines[: count + 1]) + "\n", encoding="utf-8")
 
 
 # ---- one run of each system
@@ -64,26 +66,49 @@ def bertkit_run(task: str, files: dict, settings: dict, workdir: Path) -> dict:
     """`bertkit.finetune`; dev score per epoch and the final scores."""
     import bertkit
 
-    training = {"epochs": settings["epochs"], "batch_size": settings["batch_size"],
-                "learning_rate": settings["learning_rate"], "seed": settings["seed"],
-                "adam_epsilon": settings["adam_epsilon"], **CONFIGS[settings["config"]]}
+    training = {
+        "epochs": settings["epochs"],
+        "batch_size": settings["batch_size"],
+        "learning_rate": settings["learning_rate"],
+        "seed": settings["seed"],
+        "adam_epsilon": settings["adam_epsilon"],
+        **CONFIGS[settings["config"]],
+    }
     if task == "ner":
-        recipe = {"task": {"name": "tagging", "scheme": "iob2"},
-                  "data": {"train": str(files["train"]), "validation": str(files["dev"]),
-                           "test": str(files["test"]), "format": "conll", "scheme": "iob2"}}
+        recipe = {
+            "task": {"name": "tagging", "scheme": "iob2"},
+            "data": {
+                "train": str(files["train"]),
+                "validation": str(files["dev"]),
+                "test": str(files["test"]),
+                "format": "conll",
+                "scheme": "iob2",
+            },
+        }
         metric = "f1"
     else:
-        recipe = {"task": "classification",
-                  "data": {"train": str(files["train"]), "validation": str(files["dev"]),
-                           "text": "sentence", "label": "label"}}
+        recipe = {
+            "task": "classification",
+            "data": {
+                "train": str(files["train"]),
+                "validation": str(files["dev"]),
+                "text": "sentence",
+                "label": "label",
+            },
+        }
         metric = "accuracy"
-    recipe.update(schema=1, training=training, backbone={
-        "preset": PRESET, "sequence_length": settings["sequence_length"]})
+    recipe.update(
+        schema=1,
+        training=training,
+        backbone={"preset": PRESET, "sequence_length": settings["sequence_length"]},
+    )
     started = time.perf_counter()
     bertkit.finetune(recipe, output_dir=workdir / "bertkit-run", overwrite=True, verbose=0)
     metrics = json.loads((workdir / "bertkit-run" / "metrics.json").read_text())
-    result = {"dev_by_epoch": [epoch[f"val_{metric}"] for epoch in metrics["epochs"]],
-              "wall_seconds": time.perf_counter() - started}
+    result = {
+        "dev_by_epoch": [epoch[f"val_{metric}"] for epoch in metrics["epochs"]],
+        "wall_seconds": time.perf_counter() - started,
+    }
     if task == "ner":
         result["test"] = metrics["final"]["test"]["f1"]
     return result
@@ -97,33 +122,60 @@ def reference_run(python: str, task: str, files: dict, settings: dict, workdir: 
     from bertkit_tasks.tagging.schemes import allowed_transitions
 
     out = workdir / "reference.json"
-    command = ["ner", "--eval-each-epoch", "--test", str(files["test"])] if task == "ner" \
+    command = (
+        ["ner", "--eval-each-epoch", "--test", str(files["test"])]
+        if task == "ner"
         else ["classify"]
-    argv = [python, str(REFERENCE), *command, "--out", str(out),
-            "--model", str(preset_folder()), "--train", str(files["train"]),
-            "--dev", str(files["dev"]), "--max-length", str(settings["sequence_length"]),
-            "--epochs", str(settings["epochs"]), "--batch-size", str(settings["batch_size"]),
-            "--learning-rate", str(settings["learning_rate"]), "--seed", str(settings["seed"]),
-            "--adam-epsilon", str(settings["adam_epsilon"])]
+    )
+    argv = [
+        python,
+        str(REFERENCE),
+        *command,
+        "--out",
+        str(out),
+        "--model",
+        str(preset_folder()),
+        "--train",
+        str(files["train"]),
+        "--dev",
+        str(files["dev"]),
+        "--max-length",
+        str(settings["sequence_length"]),
+        "--epochs",
+        str(settings["epochs"]),
+        "--batch-size",
+        str(settings["batch_size"]),
+        "--learning-rate",
+        str(settings["learning_rate"]),
+        "--seed",
+        str(settings["seed"]),
+        "--adam-epsilon",
+        str(settings["adam_epsilon"]),
+    ]
     started = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
     reference = json.loads(out.read_text())
     result = {"wall_seconds": time.perf_counter() - started}
     if task == "ner":
-        gold = {split: [list(s.tags) for s in read_conll(files[split])]
-                for split in ("dev", "test")}
-        result["dev_by_epoch"] = [evaluate(gold["dev"], tags)["f1"]
-                                  for tags in reference["dev_tags_by_epoch"]]
+        gold = {
+            split: [list(s.tags) for s in read_conll(files[split])] for split in ("dev", "test")
+        }
+        result["dev_by_epoch"] = [
+            evaluate(gold["dev"], tags)["f1"] for tags in reference["dev_tags_by_epoch"]
+        ]
         result["test"] = evaluate(gold["test"], reference["test_tags"])["f1"]
         labels = reference["labels"]
         probabilities = sentence_batch(reference["test_word_probabilities"], len(labels))
         chosen = choose_tags(probabilities, allowed_transitions(labels, "iob2")).to_list()
         result["test_constrained"] = evaluate(
-            gold["test"], [[labels[i] for i in ids] for ids in chosen])["f1"]
+            gold["test"], [[labels[i] for i in ids] for ids in chosen]
+        )["f1"]
     else:
         gold = reference["dev_labels"]
-        result["dev_by_epoch"] = [sum(p == g for p, g in zip(epoch, gold, strict=True))
-                                  / len(gold) for epoch in reference["dev_predictions_by_epoch"]]
+        result["dev_by_epoch"] = [
+            sum(p == g for p, g in zip(epoch, gold, strict=True)) / len(gold)
+            for epoch in reference["dev_predictions_by_epoch"]
+        ]
     return result
 
 
@@ -147,25 +199,31 @@ def report(records: list) -> None:
             continue
         final = "test F1" if task == "ner" else "dev accuracy (last epoch)"
         print(f"\n{task}: scores x 100, mean ± sd over seeds; dev after each epoch (means)")
-        print(f"{'size':>5} {'bertkit batches':16} {'seeds':>5} {'bertkit dev/epoch':>20} "
-              f"{'transformers dev/epoch':>23} {'bertkit ' + final:>22} "
-              f"{'transformers':>15} {'diff':>6}" + ("  same decoding" if task == "ner" else ""))
+        print(
+            f"{'size':>5} {'bertkit batches':16} {'seeds':>5} {'bertkit dev/epoch':>20} "
+            f"{'transformers dev/epoch':>23} {'bertkit ' + final:>22} "
+            f"{'transformers':>15} {'diff':>6}" + ("  same decoding" if task == "ner" else "")
+        )
         for key in keys:
             ours = groups[key].get("bertkit", [])
             seeds = {r["seed"] for r in ours}
-            theirs = [r for r in groups.get((task, key[1], "-", key[3]), {}).get(
-                REFERENCE_NAME, []) if r["seed"] in seeds]
+            theirs = [
+                r
+                for r in groups.get((task, key[1], "-", key[3]), {}).get(REFERENCE_NAME, [])
+                if r["seed"] in seeds
+            ]
             field = "test" if task == "ner" else None
             a, b = final_scores(ours, field), final_scores(theirs, field)
-            diff = (f"{100 * (statistics.mean(a) - statistics.mean(b)):+.2f}"
-                    if a and b else "-")
+            diff = f"{100 * (statistics.mean(a) - statistics.mean(b)):+.2f}" if a and b else "-"
             same = ""
             if task == "ner" and theirs:
                 same = f"  {mean_sd(final_scores(theirs, 'test_constrained'))}"
             batches = f"{key[2]} eps {key[3]:g}"
-            print(f"{key[1]:>5} {batches:16} {len(ours):>5} {per_epoch_means(ours):>20} "
-                  f"{per_epoch_means(theirs):>23} {mean_sd(a):>22} {mean_sd(b):>15} "
-                  f"{diff:>6}{same}")
+            print(
+                f"{key[1]:>5} {batches:16} {len(ours):>5} {per_epoch_means(ours):>20} "
+                f"{per_epoch_means(theirs):>23} {mean_sd(a):>22} {mean_sd(b):>15} "
+                f"{diff:>6}{same}"
+            )
 
 
 def epsilon_of(record: dict) -> float:
@@ -189,30 +247,48 @@ def per_epoch_means(runs: list) -> str:
 def main():
     parser = argument_parser(__doc__, "folder holding conll2003/ and sst2/")
     parser.add_argument("--task", choices=["ner", "sst2"], nargs="+", default=["ner", "sst2"])
-    parser.add_argument("--sizes", type=int, nargs="+", default=None,
-                        help="training sizes (default: ner 1000 2000 4000, sst2 1000 4000)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="training sizes (default: ner 1000 2000 4000, sst2 1000 4000)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS),
-                        default=["random+micro4"], help="bertkit batchings")
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        choices=list(CONFIGS),
+        default=["random+micro4"],
+        help="bertkit batchings",
+    )
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--adam-epsilon", type=float, default=TrainingConfig.adam_epsilon,
-                        help="both systems' Adam epsilon (default: bertkit's)")
+    parser.add_argument(
+        "--adam-epsilon",
+        type=float,
+        default=TrainingConfig.adam_epsilon,
+        help="both systems' Adam epsilon (default: bertkit's)",
+    )
     parser.add_argument("--results", type=Path, default=Path("learning_curve.jsonl"))
     parser.add_argument("--report", action="store_true", help="only print the tables")
     args = parser.parse_args()
 
-    records = ([json.loads(line) for line in args.results.read_text().splitlines() if line]
-               if args.results.exists() else [])
+    records = (
+        [json.loads(line) for line in args.results.read_text().splitlines() if line]
+        if args.results.exists()
+        else []
+    )
     if not args.report:
         records = run_all(args, records)
     report(records)
 
 
 def run_all(args, records: list) -> list:
-    done = {(r["task"], r["size"], r["seed"], r["system"], r["config"], epsilon_of(r))
-            for r in records}
+    done = {
+        (r["task"], r["size"], r["seed"], r["system"], r["config"], epsilon_of(r)) for r in records
+    }
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-curve-"))
     for task in args.task:
         sizes = args.sizes or ([1000, 2000, 4000] if task == "ner" else [1000, 4000])
@@ -225,19 +301,30 @@ def run_all(args, records: list) -> list:
                     key = (task, size, seed, system, config, args.adam_epsilon)
                     if key in done:
                         continue
-                    settings = {"epochs": args.epochs, "batch_size": args.batch_size,
-                                "learning_rate": args.learning_rate, "seed": seed,
-                                "adam_epsilon": args.adam_epsilon,
-                                "config": config,
-                                "sequence_length": 128 if task == "ner" else 64}
+                    settings = {
+                        "epochs": args.epochs,
+                        "batch_size": args.batch_size,
+                        "learning_rate": args.learning_rate,
+                        "seed": seed,
+                        "adam_epsilon": args.adam_epsilon,
+                        "config": config,
+                        "sequence_length": 128 if task == "ner" else 64,
+                    }
                     run_dir = workdir / f"{task}-{size}-{seed}-{system}-{config}"
                     run_dir.mkdir()
                     if system == "bertkit":
                         result = bertkit_run(task, files, settings, run_dir)
                     else:
                         result = reference_run(args.python, task, files, settings, run_dir)
-                    record = {"task": task, "size": size, "seed": seed, "system": system,
-                              "config": config, **settings, **result}
+                    record = {
+                        "task": task,
+                        "size": size,
+                        "seed": seed,
+                        "system": system,
+                        "config": config,
+                        **settings,
+                        **result,
+                    }
                     records.append(record)
                     with args.results.open("a") as handle:
                         handle.write(json.dumps(record) + "\n")

@@ -30,8 +30,10 @@ from bertkit.training.trainer import TaskData
 
 def write_corpus(sst2_dir: Path, count: int, per_document: int, path: Path) -> None:
     with open(sst2_dir / "train.tsv", encoding="utf-8", newline="") as handle:
-        rows = [r["sentence"].strip() for r in csv.DictReader(handle, delimiter="\t",
-                                                              quoting=csv.QUOTE_NONE)]
+        rows = [
+            r["sentence"].strip()
+            for r in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        ]
     lines = []
     for i, sentence in enumerate(rows[:count]):
         if i and i % per_document == 0:
@@ -53,23 +55,35 @@ def main():
 
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-mlm-bench-"))
     write_corpus(Path(args.data), args.sentences, args.per_document, workdir / "corpus.txt")
-    recipe = load_recipe({
-        "schema": 1, "task": "mlm",
-        "backbone": {"preset": PRESET,
-                     "sequence_length": args.sequence_length},
-        "data": {"train": str(workdir / "corpus.txt")},
-        "training": {"epochs": args.epochs, "batch_size": args.batch_size,
-                     "learning_rate": args.learning_rate},
-        "output_dir": str(workdir / "run")})
+    recipe = load_recipe(
+        {
+            "schema": 1,
+            "task": "mlm",
+            "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
+            "data": {"train": str(workdir / "corpus.txt")},
+            "training": {
+                "epochs": args.epochs,
+                "batch_size": args.batch_size,
+                "learning_rate": args.learning_rate,
+            },
+            "output_dir": str(workdir / "run"),
+        }
+    )
 
     # ---- before: the checkpoint as loaded, on the held-out documents
     data = TaskData.read(recipe)
     model = data.task.build_model(data.pretrained.backbone)
     data.task.initialize_head(model, data.pretrained.checkpoint_tensors())
-    outputs = predict_rows(data.task, model, data.validation_features, 2 * args.batch_size,
-                           tuple(data.description["bucket_lengths"]))
-    before = data.task.evaluate(data.validation, data.task.decode(
-        data.validation, data.validation_features, outputs))
+    outputs = predict_rows(
+        data.task,
+        model,
+        data.validation_features,
+        2 * args.batch_size,
+        tuple(data.description["bucket_lengths"]),
+    )
+    before = data.task.evaluate(
+        data.validation, data.task.decode(data.validation, data.validation_features, outputs)
+    )
     train_tokens = int(sum(data.train_features.lengths()))
 
     # ---- adapt
@@ -77,16 +91,30 @@ def main():
     metrics = json.loads((workdir / "run" / "metrics.json").read_text())
     after = metrics["final"]["validation"]
     seconds = sum(e["train_seconds"] for e in metrics["epochs"])
-    print(f"\nMLM adaptation of MiniLM on {args.sentences} SST-2 sentences "
-          f"({len(data.train_features)} training instances of <= {args.sequence_length} "
-          f"pieces, {len(data.validation_features)} held-out), {args.epochs} epoch(s)")
+    print(
+        f"\nMLM adaptation of MiniLM on {args.sentences} SST-2 sentences "
+        f"({len(data.train_features)} training instances of <= {args.sequence_length} "
+        f"pieces, {len(data.validation_features)} held-out), {args.epochs} epoch(s)"
+    )
     for name, result in (("before", before), ("after", after)):
-        print(f"{name:7} perplexity {result['perplexity']:10.2f}   masked accuracy "
-              f"{result['masked_accuracy']:.4f}   NSP accuracy {result['nsp_accuracy']:.4f}")
-    print(f"training: {args.epochs * train_tokens / seconds:.0f} tokens/s "
-          f"({args.epochs * len(data.train_features) / seconds:.1f} sequences/s)")
-    print(json.dumps({"before": before, "after": after, "train_seconds": seconds,
-                      "train_tokens": train_tokens * args.epochs}))
+        print(
+            f"{name:7} perplexity {result['perplexity']:10.2f}   masked accuracy "
+            f"{result['masked_accuracy']:.4f}   NSP accuracy {result['nsp_accuracy']:.4f}"
+        )
+    print(
+        f"training: {args.epochs * train_tokens / seconds:.0f} tokens/s "
+        f"({args.epochs * len(data.train_features) / seconds:.1f} sequences/s)"
+    )
+    print(
+        json.dumps(
+            {
+                "before": before,
+                "after": after,
+                "train_seconds": seconds,
+                "train_tokens": train_tokens * args.epochs,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -49,17 +49,24 @@ def h100_sequences_per_second(sequence_length: int, attention: bool) -> float:
     return MFU * H100_PEAK_TFLOPS * 1e12 / (per_token * sequence_length)
 
 
-def synthetic_features(count: int, sequence_length: int, lengths: str, tagging: bool,
-                       seed: int = 0) -> Features:
+def synthetic_features(
+    count: int, sequence_length: int, lengths: str, tagging: bool, seed: int = 0
+) -> Features:
     """`count` featurized rows: all `sequence_length` long (`full`), or uniform from 8 to it."""
     rng = np.random.default_rng(seed)
-    sizes = (np.full(count, sequence_length) if lengths == "full"
-             else rng.integers(8, sequence_length + 1, count))
-    columns = {"token_ids": [rng.integers(1000, 30000, n).astype(np.int32) for n in sizes],
-               "segment_ids": [np.zeros(n, np.int32) for n in sizes]}
+    sizes = (
+        np.full(count, sequence_length)
+        if lengths == "full"
+        else rng.integers(8, sequence_length + 1, count)
+    )
+    columns = {
+        "token_ids": [rng.integers(1000, 30000, n).astype(np.int32) for n in sizes],
+        "segment_ids": [np.zeros(n, np.int32) for n in sizes],
+    }
     if tagging:  # a label per word piece, -100 (ignored) on every third
-        columns["labels"] = [np.where(np.arange(n) % 3, rng.integers(0, 9, n), -100)
-                             .astype(np.int32) for n in sizes]
+        columns["labels"] = [
+            np.where(np.arange(n) % 3, rng.integers(0, 9, n), -100).astype(np.int32) for n in sizes
+        ]
         return Features(columns, np.arange(count), pad_values={"labels": -100})
     columns["labels"] = rng.integers(0, 2, count).astype(np.int32)
     return Features(columns, np.arange(count))
@@ -72,15 +79,23 @@ def task(name: str, sequence_length: int):
         return TaggingTask(TaggingOptions(), None, None, sequence_length, {"labels": ["O"]})
     from bertkit_tasks.classification.task import ClassificationOptions, ClassificationTask
 
-    return ClassificationTask(ClassificationOptions(), None, None, sequence_length,
-                              {"labels": ["neg", "pos"]})
+    return ClassificationTask(
+        ClassificationOptions(), None, None, sequence_length, {"labels": ["neg", "pos"]}
+    )
 
 
-def pipeline_rate(task_name: str, sequence_length: int, batch_size: int, lengths: str,
-                  devices: int, batches: int = 200) -> dict:
+def pipeline_rate(
+    task_name: str,
+    sequence_length: int,
+    batch_size: int,
+    lengths: str,
+    devices: int,
+    batches: int = 200,
+) -> dict:
     """Training batches made per CPU second of this thread (one core)."""
-    features = synthetic_features(batch_size * batches, sequence_length, lengths,
-                                  task_name == "tagging")
+    features = synthetic_features(
+        batch_size * batches, sequence_length, lengths, task_name == "tagging"
+    )
     plan = BatchPlan(batch_size, bucket_lengths(sequence_length), row_multiple=devices)
     made = plan.training_batches(task(task_name, sequence_length), features)
     result = {}
@@ -90,10 +105,15 @@ def pipeline_rate(task_name: str, sequence_length: int, batch_size: int, lengths
             pass
         cpu = time.thread_time() - started
     rate = len(made) / cpu
-    return {"task": task_name, "sequence_length": sequence_length, "batch_size": batch_size,
-            "lengths": lengths, "batches_per_cpu_second": round(rate, 1),
-            "sequences_per_cpu_second": round(rate * batch_size),
-            "other_cores_busy": result.get("other_cores_busy")}
+    return {
+        "task": task_name,
+        "sequence_length": sequence_length,
+        "batch_size": batch_size,
+        "lengths": lengths,
+        "batches_per_cpu_second": round(rate, 1),
+        "sequences_per_cpu_second": round(rate * batch_size),
+        "other_cores_busy": result.get("other_cores_busy"),
+    }
 
 
 def count_compiled_programs(folder: Path) -> dict:
@@ -110,19 +130,29 @@ def count_compiled_programs(folder: Path) -> dict:
         def emit(self, record):
             message = record.getMessage()
             if message.startswith("Compiling jit("):
-                compiled.append(message[len("Compiling jit("):].split(")")[0])
+                compiled.append(message[len("Compiling jit(") :].split(")")[0])
 
     write_tiny_checkpoint(folder / "ckpt")
     write_sentiment_tsv(folder / "train.tsv", 96, seed=0)
     write_sentiment_tsv(folder / "dev.tsv", 30, seed=1)
     buckets = [8, 12, 16]
-    (folder / "recipe.yaml").write_text(yaml.safe_dump({
-        "schema": 1, "task": "classification",
-        "backbone": {"preset": "./ckpt", "sequence_length": 24},
-        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
-        "training": {"epochs": 3, "batch_size": 8, "bucket_lengths": buckets,
-                     "distribution": "data_parallel"},
-        "output_dir": "run"}))
+    (folder / "recipe.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "schema": 1,
+                "task": "classification",
+                "backbone": {"preset": "./ckpt", "sequence_length": 24},
+                "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+                "training": {
+                    "epochs": 3,
+                    "batch_size": 8,
+                    "bucket_lengths": buckets,
+                    "distribution": "data_parallel",
+                },
+                "output_dir": "run",
+            }
+        )
+    )
     jax.config.update("jax_log_compiles", True)
     logging.getLogger("jax").addHandler(CountCompiles())
     cwd = os.getcwd()
@@ -131,9 +161,12 @@ def count_compiled_programs(folder: Path) -> dict:
         bertkit.finetune("recipe.yaml", verbose=0)
     finally:
         os.chdir(cwd)
-    return {"devices": len(jax.devices()), "bucket_lengths": bucket_lengths(24, buckets),
-            "train_programs": compiled.count("train_step"),
-            "inference_programs": compiled.count("infer") + compiled.count("predict_step")}
+    return {
+        "devices": len(jax.devices()),
+        "bucket_lengths": bucket_lengths(24, buckets),
+        "train_programs": compiled.count("train_step"),
+        "inference_programs": compiled.count("infer") + compiled.count("predict_step"),
+    }
 
 
 def main() -> None:
@@ -144,25 +177,34 @@ def main() -> None:
     for length in (128, 384):
         plain = h100_sequences_per_second(length, attention=False)
         full = h100_sequences_per_second(length, attention=True)
-        print(f"  seq {length}: {plain:,.0f} seq/s with 6*N FLOPs a token "
-              f"(0.5 * 989e12 / (6 * 109.5e6 * {length})); {full:,.0f} seq/s with "
-              f"attention's 12*L*s*d added ({full / 32:.0f} batches of 32 a second)")
-    rows = [pipeline_rate(name, length, 32, lengths, devices=8)
-            for name in ("classification", "tagging") for length in (128, 384)
-            for lengths in ("full", "mixed")]
+        print(
+            f"  seq {length}: {plain:,.0f} seq/s with 6*N FLOPs a token "
+            f"(0.5 * 989e12 / (6 * 109.5e6 * {length})); {full:,.0f} seq/s with "
+            f"attention's 12*L*s*d added ({full / 32:.0f} batches of 32 a second)"
+        )
+    rows = [
+        pipeline_rate(name, length, 32, lengths, devices=8)
+        for name in ("classification", "tagging")
+        for length in (128, 384)
+        for lengths in ("full", "mixed")
+    ]
     print("bertkit's batching on one CPU core (batch 32, filled for 8 devices):")
     for row in rows:
         rate = row["sequences_per_cpu_second"]
         need = h100_sequences_per_second(row["sequence_length"], attention=False)
-        print(f"  {row['task']:14} seq {row['sequence_length']} {row['lengths']:5} lengths: "
-              f"{row['batches_per_cpu_second']:8.1f} batches/s = {rate:7,} seq/s = "
-              f"{rate / need:5.1f} H100s (other cores busy {row['other_cores_busy']})")
+        print(
+            f"  {row['task']:14} seq {row['sequence_length']} {row['lengths']:5} lengths: "
+            f"{row['batches_per_cpu_second']:8.1f} batches/s = {rate:7,} seq/s = "
+            f"{rate / need:5.1f} H100s (other cores busy {row['other_cores_busy']})"
+        )
     if not args.skip_compiles:
         with tempfile.TemporaryDirectory() as folder:
             counts = count_compiled_programs(Path(folder))
-        print(f"compiled programs, tiny run, {counts['devices']} devices, bucket lengths "
-              f"{counts['bucket_lengths']}: {counts['train_programs']} training, "
-              f"{counts['inference_programs']} inference")
+        print(
+            f"compiled programs, tiny run, {counts['devices']} devices, bucket lengths "
+            f"{counts['bucket_lengths']}: {counts['train_programs']} training, "
+            f"{counts['inference_programs']} inference"
+        )
         print(json.dumps(counts))
     print(json.dumps(rows))
 

@@ -33,9 +33,10 @@ def main():
     args = parser.parse_args()
 
     with open(args.data, encoding="utf-8", newline="") as handle:
-        texts = [r[args.column] for r in csv.DictReader(handle, delimiter="\t",
-                                                         quoting=csv.QUOTE_NONE)]
-    batches = [texts[i:i + args.batch_size] for i in range(0, len(texts), args.batch_size)]
+        texts = [
+            r[args.column] for r in csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        ]
+    batches = [texts[i : i + args.batch_size] for i in range(0, len(texts), args.batch_size)]
     loaded = bertkit.load(args.run_dir)
     task, model = loaded.task, loaded.model
     features = task.featurize([task.parse_input(t) for t in texts], training=False)

@@ -73,8 +73,12 @@ def main():
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--sequence-length", type=int, default=384)
-    parser.add_argument("--doc-stride", type=int, default=128,
-                        help="HF's overlap between windows, in tokens (see the docstring)")
+    parser.add_argument(
+        "--doc-stride",
+        type=int,
+        default=128,
+        help="HF's overlap between windows, in tokens (see the docstring)",
+    )
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
@@ -85,40 +89,74 @@ def main():
     # ---- data: question-order split of the dev file
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-qa-bench-"))
     files = {"train": workdir / "train.json", "eval": workdir / "eval.json"}
-    sizes = split_questions(args.data / "squad" / f"dev-v{args.version}.json",
-                            [args.train_size, args.eval_size], list(files.values()))
+    sizes = split_questions(
+        args.data / "squad" / f"dev-v{args.version}.json",
+        [args.train_size, args.eval_size],
+        list(files.values()),
+    )
     doc_stride, median_question = equivalent_doc_stride(
-        list(files.values()), args.sequence_length, args.doc_stride)
-    print(f"windows: HF overlap {args.doc_stride} = bertkit doc_stride (step) {doc_stride} "
-          f"for the median question ({median_question} pieces)")
+        list(files.values()), args.sequence_length, args.doc_stride
+    )
+    print(
+        f"windows: HF overlap {args.doc_stride} = bertkit doc_stride (step) {doc_stride} "
+        f"for the median question ({median_question} pieces)"
+    )
 
     # ---- bertkit
-    recipe = {"schema": 1,
-              "task": {"name": "span_qa", "version": args.version, "doc_stride": doc_stride,
-                       "n_best_size": 20, "max_answer_length": 30},
-              "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
-              "data": {"train": str(files["train"]), "validation": str(files["eval"])},
-              "training": {"epochs": args.epochs, "batch_size": args.batch_size,
-                           "learning_rate": args.learning_rate, "seed": args.seed}}
+    recipe = {
+        "schema": 1,
+        "task": {
+            "name": "span_qa",
+            "version": args.version,
+            "doc_stride": doc_stride,
+            "n_best_size": 20,
+            "max_answer_length": 30,
+        },
+        "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
+        "data": {"train": str(files["train"]), "validation": str(files["eval"])},
+        "training": {
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "learning_rate": args.learning_rate,
+            "seed": args.seed,
+        },
+    }
     ours = run_bertkit(recipe, workdir)
     metrics = ours.pop("metrics")
     final = metrics["final"]["validation"]
     ours.update(exact=final["exact"], f1=final["f1"], doc_stride_step=doc_stride, **threads())
     if args.version == "2.0":  # the last epoch's metrics: the threshold was still 0
         last = metrics["epochs"][-1]
-        ours.update(exact_at_0=last["val_exact"], f1_at_0=last["val_f1"],
-                    best_exact=final["best_exact"], best_f1=final["best_f1"],
-                    null_score_threshold=json.loads(
-                        (workdir / "bertkit-run" / "model" / "task.json").read_text())
-                    ["state"].get("null_score_threshold"))
+        ours.update(
+            exact_at_0=last["val_exact"],
+            f1_at_0=last["val_f1"],
+            best_exact=final["best_exact"],
+            best_f1=final["best_f1"],
+            null_score_threshold=json.loads(
+                (workdir / "bertkit-run" / "model" / "task.json").read_text()
+            )["state"].get("null_score_threshold"),
+        )
 
     # ---- reference, scored by the same scorer
-    reference = run_reference(args.python, "qa", {
-        "model": str(preset_folder()), "train": files["train"],
-        "eval": files["eval"], "max_length": args.sequence_length, "stride": args.doc_stride,
-        "n_best": 20, "max_answer_length": 30, "epochs": args.epochs,
-        "batch_size": args.batch_size, "learning_rate": args.learning_rate,
-        "seed": args.seed, "version": args.version}, workdir)
+    reference = run_reference(
+        args.python,
+        "qa",
+        {
+            "model": str(preset_folder()),
+            "train": files["train"],
+            "eval": files["eval"],
+            "max_length": args.sequence_length,
+            "stride": args.doc_stride,
+            "n_best": 20,
+            "max_answer_length": 30,
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "learning_rate": args.learning_rate,
+            "seed": args.seed,
+            "version": args.version,
+        },
+        workdir,
+    )
     examples = read_squad(files["eval"])[0]
     train_contexts = {e.context for e in read_squad(files["train"])[0]}
     shared = len({e.context for e in examples} & train_contexts)
@@ -127,32 +165,61 @@ def main():
         scores = squad_eval.evaluate(examples, predictions, version="1.1")
         reference.update(exact=scores["exact"], f1=scores["f1"])
     else:
-        scores = squad_eval.evaluate(examples, predictions, reference.pop("null_score_diffs"),
-                                     na_prob_thresh=0.0)
-        reference.update(exact=scores["best_exact"], f1=scores["best_f1"],
-                         exact_at_0=scores["exact"], f1_at_0=scores["f1"],
-                         best_exact=scores["best_exact"], best_f1=scores["best_f1"],
-                         null_score_threshold=scores["best_f1_thresh"])
+        scores = squad_eval.evaluate(
+            examples, predictions, reference.pop("null_score_diffs"), na_prob_thresh=0.0
+        )
+        reference.update(
+            exact=scores["best_exact"],
+            f1=scores["best_f1"],
+            exact_at_0=scores["exact"],
+            f1_at_0=scores["f1"],
+            best_exact=scores["best_exact"],
+            best_f1=scores["best_f1"],
+            null_score_threshold=scores["best_f1_thresh"],
+        )
     reference["stride_overlap"] = args.doc_stride
 
     # ---- report
-    results = {"bertkit": add_throughput(ours),
-               "HF transformers + torch": add_throughput(reference)}
+    results = {
+        "bertkit": add_throughput(ours),
+        "HF transformers + torch": add_throughput(reference),
+    }
     tuned = " with the null threshold tuned on them" if args.version == "2.0" else ""
-    print_table(f"SQuAD v{args.version} (dev split by question order): {sizes[0]} training "
-                f"questions x "
-                f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.learning_rate}, "
-                f"sequence length {args.sequence_length}; EM / F1 "
-                "(bertkit_tasks.span_qa.squad_eval) on the "
-                f"next {sizes[1]} questions{tuned}", ("exact", "f1"), results, digits=2)
+    print_table(
+        f"SQuAD v{args.version} (dev split by question order): {sizes[0]} training "
+        f"questions x "
+        f"{args.epochs} epoch(s), batch {args.batch_size}, lr {args.learning_rate}, "
+        f"sequence length {args.sequence_length}; EM / F1 "
+        "(bertkit_tasks.span_qa.squad_eval) on the "
+        f"next {sizes[1]} questions{tuned}",
+        ("exact", "f1"),
+        results,
+        digits=2,
+    )
     if args.version == "2.0":
         for name, result in results.items():
-            print(f"{name}: threshold 0 EM {result['exact_at_0']:.2f} F1 {result['f1_at_0']:.2f}; "
-                  f"tuned threshold {result['null_score_threshold']}")
-    print(json.dumps({"benchmark": f"squad_v{args.version}_qa", "settings": vars(args) | {
-        "data": str(args.data), "train_questions": sizes[0], "eval_questions": sizes[1],
-        "median_question_pieces": median_question, "shared_contexts": shared,
-        "python": sys.executable, "workdir": str(workdir)}, **results}))
+            print(
+                f"{name}: threshold 0 EM {result['exact_at_0']:.2f} F1 {result['f1_at_0']:.2f}; "
+                f"tuned threshold {result['null_score_threshold']}"
+            )
+    print(
+        json.dumps(
+            {
+                "benchmark": f"squad_v{args.version}_qa",
+                "settings": vars(args)
+                | {
+                    "data": str(args.data),
+                    "train_questions": sizes[0],
+                    "eval_questions": sizes[1],
+                    "median_question_pieces": median_question,
+                    "shared_contexts": shared,
+                    "python": sys.executable,
+                    "workdir": str(workdir),
+                },
+                **results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -22,11 +22,18 @@ import bertkit
 
 
 def run_bertkit(args, train_file, dev_file, workdir):
-    recipe = {"schema": 1, "task": "classification",
-              "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
-              "data": {"train": str(train_file), "validation": str(dev_file), "text": "sentence"},
-              "training": {"epochs": args.epochs, "batch_size": args.batch_size,
-                           "learning_rate": args.learning_rate, "seed": 42}}
+    recipe = {
+        "schema": 1,
+        "task": "classification",
+        "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
+        "data": {"train": str(train_file), "validation": str(dev_file), "text": "sentence"},
+        "training": {
+            "epochs": args.epochs,
+            "batch_size": args.batch_size,
+            "learning_rate": args.learning_rate,
+            "seed": 42,
+        },
+    }
     bertkit.finetune(recipe, output_dir=workdir / "bertkit-run", verbose=2)
     metrics = json.loads((workdir / "bertkit-run" / "metrics.json").read_text())
     seconds = sum(e["train_seconds"] for e in metrics["epochs"])
@@ -49,24 +56,33 @@ def run_keras_hub(args, train_rows, dev_rows):
     vocabulary = load_pretrained(PRESET, sequence_length=args.sequence_length).tokenizer.vocabulary
     tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocabulary, lowercase=True)
     preprocessor = keras_hub.models.BertTextClassifierPreprocessor(
-        tokenizer, sequence_length=args.sequence_length)
-    classifier = keras_hub.models.BertTextClassifier(backbone, num_classes=2,
-                                                     preprocessor=preprocessor)
+        tokenizer, sequence_length=args.sequence_length
+    )
+    classifier = keras_hub.models.BertTextClassifier(
+        backbone, num_classes=2, preprocessor=preprocessor
+    )
     steps = -(-len(train_rows) // args.batch_size)
-    training = TrainingConfig(epochs=args.epochs, batch_size=args.batch_size,
-                              learning_rate=args.learning_rate)
-    classifier.compile(optimizer=make_optimizer(training, steps),
-                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                       metrics=["accuracy"], jit_compile=False)
+    training = TrainingConfig(
+        epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate
+    )
+    classifier.compile(
+        optimizer=make_optimizer(training, steps),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        jit_compile=False,
+    )
 
     def dataset(rows, shuffle):
         data = tf.data.Dataset.from_tensor_slices(
-            ([r["sentence"] for r in rows], [int(r["label"]) for r in rows]))
+            ([r["sentence"] for r in rows], [int(r["label"]) for r in rows])
+        )
         if shuffle:
             data = data.shuffle(len(rows), seed=42)
-        return data.batch(args.batch_size).map(lambda x, y: (preprocessor(x), y),
-                                               num_parallel_calls=tf.data.AUTOTUNE
-                                               ).prefetch(2)
+        return (
+            data.batch(args.batch_size)
+            .map(lambda x, y: (preprocessor(x), y), num_parallel_calls=tf.data.AUTOTUNE)
+            .prefetch(2)
+        )
 
     classifier.preprocessor = None  # preprocessing runs in tf.data above, as keras-hub does
     started = time.time()
@@ -91,21 +107,26 @@ def main():
     dev_rows = read_tsv(Path(args.data) / "dev.tsv")
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-bench-"))
     train_file = workdir / "train.tsv"
-    train_file.write_text("sentence\tlabel\n" + "".join(
-        f"{r['sentence']}\t{r['label']}\n" for r in train_rows))
+    train_file.write_text(
+        "sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n" for r in train_rows)
+    )
     results = {}
     if args.only in (None, "bertkit"):
         results["bertkit"] = run_bertkit(args, train_file, Path(args.data) / "dev.tsv", workdir)
     if args.only in (None, "keras-hub"):
         results["keras-hub BertTextClassifier"] = run_keras_hub(args, train_rows, dev_rows)
     sequences = len(train_rows) * args.epochs
-    print(f"\nSST-2, {len(train_rows)} training sentences x {args.epochs} epoch(s), batch "
-          f"{args.batch_size}, sequence length {args.sequence_length}, dev {len(dev_rows)}")
+    print(
+        f"\nSST-2, {len(train_rows)} training sentences x {args.epochs} epoch(s), batch "
+        f"{args.batch_size}, sequence length {args.sequence_length}, dev {len(dev_rows)}"
+    )
     print(f"{'':32} {'dev accuracy':>12} {'train seq/s':>12} {'train s':>9}")
     for name, result in results.items():
         result["train_sequences_per_second"] = sequences / result["train_seconds"]
-        print(f"{name:32} {result['dev_accuracy']:12.4f} "
-              f"{result['train_sequences_per_second']:12.1f} {result['train_seconds']:9.1f}")
+        print(
+            f"{name:32} {result['dev_accuracy']:12.4f} "
+            f"{result['train_sequences_per_second']:12.1f} {result['train_seconds']:9.1f}"
+        )
     if len(results) == 2:
         ours, reference = results.values()
         ratio = ours["train_sequences_per_second"] / reference["train_sequences_per_second"]

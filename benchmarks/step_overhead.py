@@ -55,17 +55,24 @@ def tiny_model(vocabulary_size: int = 200):
     import keras_hub
 
     backbone = keras_hub.models.BertBackbone(
-        vocabulary_size=vocabulary_size, num_layers=1, num_heads=2, hidden_dim=32,
-        intermediate_dim=64, max_sequence_length=SEQUENCE_LENGTH)
+        vocabulary_size=vocabulary_size,
+        num_layers=1,
+        num_heads=2,
+        hidden_dim=32,
+        intermediate_dim=64,
+        max_sequence_length=SEQUENCE_LENGTH,
+    )
     logits = keras.layers.Dense(2)(backbone.output["pooled_output"])
     return keras.Model(backbone.input, logits)
 
 
 def arrays(rows: int, seed: int = 0):
     rng = np.random.default_rng(seed)
-    inputs = {"token_ids": rng.integers(1, 200, (rows, SEQUENCE_LENGTH)).astype("int32"),
-              "segment_ids": np.zeros((rows, SEQUENCE_LENGTH), "int32"),
-              "padding_mask": np.ones((rows, SEQUENCE_LENGTH), "int32")}
+    inputs = {
+        "token_ids": rng.integers(1, 200, (rows, SEQUENCE_LENGTH)).astype("int32"),
+        "segment_ids": np.zeros((rows, SEQUENCE_LENGTH), "int32"),
+        "padding_mask": np.ones((rows, SEQUENCE_LENGTH), "int32"),
+    }
     return inputs, rng.integers(0, 2, rows).astype("int32")
 
 
@@ -76,8 +83,13 @@ def bare_jax_loop(steps: int) -> float:
     model = tiny_model()
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     inputs, labels = arrays(BATCH * steps)
-    batches = [({k: jax.device_put(v[i:i + BATCH]) for k, v in inputs.items()},
-                jax.device_put(labels[i:i + BATCH])) for i in range(0, len(labels), BATCH)]
+    batches = [
+        (
+            {k: jax.device_put(v[i : i + BATCH]) for k, v in inputs.items()},
+            jax.device_put(labels[i : i + BATCH]),
+        )
+        for i in range(0, len(labels), BATCH)
+    ]
 
     def loss(trainable, non_trainable, x, y):
         logits, _ = model.stateless_call(trainable, non_trainable, x)
@@ -107,12 +119,15 @@ def keras_fit(steps: int) -> float:
 
     model = tiny_model()
     training = TrainingConfig(epochs=2, batch_size=BATCH)
-    model.compile(optimizer=make_optimizer(training, steps),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=make_optimizer(training, steps),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     clock = EpochClock()
     inputs, labels = arrays(BATCH * steps)
-    model.fit(inputs, labels, batch_size=BATCH, epochs=2, verbose=0, shuffle=False,
-              callbacks=[clock])
+    model.fit(
+        inputs, labels, batch_size=BATCH, epochs=2, verbose=0, shuffle=False, callbacks=[clock]
+    )
     return clock.seconds[1]
 
 
@@ -121,12 +136,18 @@ def bertkit_finetune(steps: int, folder: Path) -> float:
     write_tiny_checkpoint(folder / "ckpt", **SHAPE)
     write_sentiment_tsv(folder / "train.tsv", BATCH * steps, seed=0)
     clock = EpochClock()
-    bertkit.finetune({
-        "schema": 1, "task": "classification",
-        "backbone": {"preset": str(folder / "ckpt"), "sequence_length": SEQUENCE_LENGTH},
-        "data": {"train": str(folder / "train.tsv"), "text": "sentence"},
-        "training": {"epochs": 2, "batch_size": BATCH, "bucket_lengths": [SEQUENCE_LENGTH]},
-        "output_dir": str(folder / "run")}, verbose=2, callbacks=[clock])
+    bertkit.finetune(
+        {
+            "schema": 1,
+            "task": "classification",
+            "backbone": {"preset": str(folder / "ckpt"), "sequence_length": SEQUENCE_LENGTH},
+            "data": {"train": str(folder / "train.tsv"), "text": "sentence"},
+            "training": {"epochs": 2, "batch_size": BATCH, "bucket_lengths": [SEQUENCE_LENGTH]},
+            "output_dir": str(folder / "run"),
+        },
+        verbose=2,
+        callbacks=[clock],
+    )
     return clock.seconds[1]
 
 
@@ -141,11 +162,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="write the results as JSON")
     args = parser.parse_args()
-    results = {"bare jitted loop (SGD)": per_step_ms(bare_jax_loop),
-               "Keras fit, in-memory arrays": per_step_ms(keras_fit)}  # bertkit's AdamW
+    results = {
+        "bare jitted loop (SGD)": per_step_ms(bare_jax_loop),
+        "Keras fit, in-memory arrays": per_step_ms(keras_fit),
+    }  # bertkit's AdamW
     with tempfile.TemporaryDirectory() as folder:
         results["bertkit finetune"] = per_step_ms(
-            lambda steps: bertkit_finetune(steps, Path(folder) / f"s{steps}"))
+            lambda steps: bertkit_finetune(steps, Path(folder) / f"s{steps}")
+        )
     keras_ms = results["Keras fit, in-memory arrays"]["ms_per_step"]
     print(f"\n{'system':32} {'ms/step':>8} {'x Keras fit':>12}", file=sys.stderr)
     for name, result in results.items():

@@ -62,17 +62,27 @@ def train_bertkit(args, checkpoint: Path, train_file: Path, dev_file: Path, out:
     from bertkit.training.trainer import batch_plan
     from bertkit_tasks.tagging.conlleval import evaluate
 
-    recipe = load_recipe({
-        "schema": 1, "task": {"name": "tagging", "dropout": args.dropout, "decoding": "argmax"},
-        "backbone": {"preset": str(checkpoint), "sequence_length": args.sequence_length},
-        "data": {"train": str(train_file), "format": "conll"},
-        "training": {"epochs": args.epochs, "batch_size": args.batch_size,
-                     "learning_rate": args.learning_rate, "seed": args.seed,
-                     "batch_order": "random", "micro_batches": args.micro_batches}})
+    recipe = load_recipe(
+        {
+            "schema": 1,
+            "task": {"name": "tagging", "dropout": args.dropout, "decoding": "argmax"},
+            "backbone": {"preset": str(checkpoint), "sequence_length": args.sequence_length},
+            "data": {"train": str(train_file), "format": "conll"},
+            "training": {
+                "epochs": args.epochs,
+                "batch_size": args.batch_size,
+                "learning_rate": args.learning_rate,
+                "seed": args.seed,
+                "batch_order": "random",
+                "micro_batches": args.micro_batches,
+            },
+        }
+    )
     keras.utils.set_random_seed(args.seed)
     pretrained = load_pretrained(str(checkpoint), sequence_length=args.sequence_length)
-    task = recipe.task_class()(recipe.task_options, recipe.data, pretrained.tokenizer,
-                               args.sequence_length)
+    task = recipe.task_class()(
+        recipe.task_options, recipe.data, pretrained.tokenizer, args.sequence_length
+    )
     train = task.read(str(train_file))
     task.state = task.fit_state(train)
     batches = batch_plan(recipe).training_batches(task, task.featurize(train, training=True))
@@ -80,9 +90,13 @@ def train_bertkit(args, checkpoint: Path, train_file: Path, dev_file: Path, out:
     head = model.get_layer("tagger")
     kernel = np.random.default_rng(args.seed).normal(0, 0.02, head.kernel.shape)
     head.kernel.assign(kernel.astype("float32"))
-    replay = {"kernel": kernel.astype("float32"), "labels": np.array(task.labels),
-              "steps_per_epoch": len(batches), "epochs": args.epochs,
-              "micro_batches": args.micro_batches}
+    replay = {
+        "kernel": kernel.astype("float32"),
+        "labels": np.array(task.labels),
+        "steps_per_epoch": len(batches),
+        "epochs": args.epochs,
+        "micro_batches": args.micro_batches,
+    }
     for epoch in range(args.epochs):  # the batches fit will see, in order
         batches.set_epoch(epoch)
         for step in range(len(batches)):
@@ -100,17 +114,28 @@ def train_bertkit(args, checkpoint: Path, train_file: Path, dev_file: Path, out:
         def on_train_batch_end(self, batch, logs=None):
             losses.append(float(logs["loss"]))
 
-    model.compile(optimizer=make_optimizer(recipe.training, len(batches)), loss=task.loss(),
-                  weighted_metrics=task.metrics(), jit_compile=False)
-    model.fit(batches.as_dataset(), epochs=args.epochs, verbose=0, shuffle=False,
-              callbacks=[SetEpoch(batches), RecordLoss()])
+    model.compile(
+        optimizer=make_optimizer(recipe.training, len(batches)),
+        loss=task.loss(),
+        weighted_metrics=task.metrics(),
+        jit_compile=False,
+    )
+    model.fit(
+        batches.as_dataset(),
+        epochs=args.epochs,
+        verbose=0,
+        shuffle=False,
+        callbacks=[SetEpoch(batches), RecordLoss()],
+    )
     dev = task.read(str(dev_file))
     features = task.featurize(dev, training=False)
     outputs = predict_rows(task, model, features, 64, batches.plan.buckets)
     predictions = task.decode(dev, features, outputs)
-    return {"losses": losses, "dev_f1": evaluate([list(s.tags) for s in dev],
-                                                 [p["tags"] for p in predictions])["f1"],
-            "dev_tags": [p["tags"] for p in predictions]}
+    return {
+        "losses": losses,
+        "dev_f1": evaluate([list(s.tags) for s in dev], [p["tags"] for p in predictions])["f1"],
+        "dev_tags": [p["tags"] for p in predictions],
+    }
 
 
 def main():
@@ -122,41 +147,68 @@ def main():
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--sequence-length", type=int, default=128)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--dropout", type=float, default=0.0,
-                        help="0: dropout off everywhere (the default); else the head's rate, "
-                             "with the checkpoint's own rates in the backbone (0.1)")
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=0.0,
+        help="0: dropout off everywhere (the default); else the head's rate, "
+        "with the checkpoint's own rates in the backbone (0.1)",
+    )
     args = parser.parse_args()
 
     from bertkit_tasks.tagging.conlleval import evaluate
 
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-parity-"))
-    checkpoint = (without_dropout(workdir / "checkpoint") if args.dropout == 0
-                  else preset_folder())
+    checkpoint = without_dropout(workdir / "checkpoint") if args.dropout == 0 else preset_folder()
     train_file, dev_file = workdir / "train.txt", args.data / "conll2003" / "dev.txt"
     write_first_sentences(args.data / "conll2003" / "train.txt", train_file, args.train_size)
     ours = train_bertkit(args, checkpoint, train_file, dev_file, workdir)
-    subprocess.run([args.python, str(REFERENCE), "replay", "--model", str(checkpoint),
-                    "--batches", str(workdir / "replay.npz"), "--dev", str(dev_file),
-                    "--max-length", str(args.sequence_length), "--out",
-                    str(workdir / "reference.json"), "--learning-rate", str(args.learning_rate),
-                    "--batch-size", str(args.batch_size)], check=True)
+    subprocess.run(
+        [
+            args.python,
+            str(REFERENCE),
+            "replay",
+            "--model",
+            str(checkpoint),
+            "--batches",
+            str(workdir / "replay.npz"),
+            "--dev",
+            str(dev_file),
+            "--max-length",
+            str(args.sequence_length),
+            "--out",
+            str(workdir / "reference.json"),
+            "--learning-rate",
+            str(args.learning_rate),
+            "--batch-size",
+            str(args.batch_size),
+        ],
+        check=True,
+    )
     theirs = json.loads((workdir / "reference.json").read_text())
     gold = [list(tags) for tags in theirs["dev_gold"]]
     theirs_f1 = evaluate(gold, theirs["dev_tags"])["f1"]
 
-    print(f"\n{args.train_size} sentences x {args.epochs} epochs, batch {args.batch_size} in "
-          f"{args.micro_batches} micro-batches, lr {args.learning_rate}, "
-          f"{'dropout off' if args.dropout == 0 else 'dropout on'}, same head and batches")
+    print(
+        f"\n{args.train_size} sentences x {args.epochs} epochs, batch {args.batch_size} in "
+        f"{args.micro_batches} micro-batches, lr {args.learning_rate}, "
+        f"{'dropout off' if args.dropout == 0 else 'dropout on'}, same head and batches"
+    )
     print(f"{'micro-batch':>11} {'bertkit loss':>13} {'transformers':>13}")
     count = len(ours["losses"])
     for step in sorted({*range(0, count, max(1, count // 16)), count - 1}):
         print(f"{step:>11} {ours['losses'][step]:13.5f} {theirs['losses'][step]:13.5f}")
     gap = max(abs(a - b) for a, b in zip(ours["losses"], theirs["losses"], strict=True))
-    differing = sum(a != b for x, y in zip(ours["dev_tags"], theirs["dev_tags"], strict=True)
-                    for a, b in zip(x, y, strict=True))
+    differing = sum(
+        a != b
+        for x, y in zip(ours["dev_tags"], theirs["dev_tags"], strict=True)
+        for a, b in zip(x, y, strict=True)
+    )
     print(f"largest loss difference: {gap:.2e}")
-    print(f"dev entity F1: bertkit {ours['dev_f1']:.4f}, transformers {theirs_f1:.4f}; "
-          f"{differing} of {sum(map(len, gold))} dev words tagged differently")
+    print(
+        f"dev entity F1: bertkit {ours['dev_f1']:.4f}, transformers {theirs_f1:.4f}; "
+        f"{differing} of {sum(map(len, gold))} dev words tagged differently"
+    )
 
 
 if __name__ == "__main__":

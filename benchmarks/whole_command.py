@@ -87,21 +87,35 @@ class Contest:
 def classification(args, workdir: Path) -> Contest:
     rows = read_tsv(args.data / "sst2" / "train.tsv", args.sst2_train_size)
     train, dev = workdir / "sst2-train.tsv", args.data / "sst2" / "dev.tsv"
-    train.write_text("sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n"
-                                                   for r in rows), encoding="utf-8")
+    train.write_text(
+        "sentence\tlabel\n" + "".join(f"{r['sentence']}\t{r['label']}\n" for r in rows),
+        encoding="utf-8",
+    )
     epochs = args.epochs or 1
-    recipe = _recipe("classification", 64, {"train": str(train), "validation": str(dev),
-                                            "text": "sentence"}, epochs, 32,
-                     batch_order="random", packing=True)  # as transformers' order, packed
+    recipe = _recipe(
+        "classification",
+        64,
+        {"train": str(train), "validation": str(dev), "text": "sentence"},
+        epochs,
+        32,
+        batch_order="random",
+        packing=True,
+    )  # as transformers' order, packed
 
     def score(result):
         predicted, gold = result["dev_predictions_by_epoch"][-1], result["dev_labels"]
         return sum(p == g for p, g in zip(predicted, gold, strict=True)) / len(gold)
 
-    return Contest(f"SST-2, {len(rows)} sentences x {epochs} epoch(s), seq 64, batch 32",
-                   recipe, ("classify", {"train": train, "dev": dev, "max_length": 64,
-                                         "epochs": epochs, "batch_size": 32}),
-                   "accuracy", score)
+    return Contest(
+        f"SST-2, {len(rows)} sentences x {epochs} epoch(s), seq 64, batch 32",
+        recipe,
+        (
+            "classify",
+            {"train": train, "dev": dev, "max_length": 64, "epochs": epochs, "batch_size": 32},
+        ),
+        "accuracy",
+        score,
+    )
 
 
 def tagging(args, workdir: Path) -> Contest:
@@ -111,16 +125,33 @@ def tagging(args, workdir: Path) -> Contest:
     train, dev = workdir / "conll-train.txt", args.data / "conll2003" / "dev.txt"
     write_first_sentences(args.data / "conll2003" / "train.txt", train, args.conll_train_size)
     epochs = args.epochs or 2
-    recipe = _recipe({"name": "tagging", "scheme": "iob2"}, 128,
-                     {"train": str(train), "validation": str(dev), "format": "conll",
-                      "scheme": "iob2"}, epochs, 32,
-                     batch_order="random", packing=True)  # recipes/ner.yaml's
+    recipe = _recipe(
+        {"name": "tagging", "scheme": "iob2"},
+        128,
+        {"train": str(train), "validation": str(dev), "format": "conll", "scheme": "iob2"},
+        epochs,
+        32,
+        batch_order="random",
+        packing=True,
+    )  # recipes/ner.yaml's
     gold = [list(sentence.tags) for sentence in read_conll(dev)]
-    return Contest(f"CoNLL-2003, {args.conll_train_size} sentences x {epochs} epoch(s), "
-                   "seq 128, batch 32", recipe,
-                   ("ner", {"train": train, "dev": dev, "max_length": 128, "epochs": epochs,
-                            "batch_size": 32, "eval_each_epoch": True}),
-                   "f1", lambda result: evaluate(gold, result["dev_tags"])["f1"])
+    return Contest(
+        f"CoNLL-2003, {args.conll_train_size} sentences x {epochs} epoch(s), seq 128, batch 32",
+        recipe,
+        (
+            "ner",
+            {
+                "train": train,
+                "dev": dev,
+                "max_length": 128,
+                "epochs": epochs,
+                "batch_size": 32,
+                "eval_each_epoch": True,
+            },
+        ),
+        "f1",
+        lambda result: evaluate(gold, result["dev_tags"])["f1"],
+    )
 
 
 def span_qa(args, workdir: Path) -> Contest:
@@ -128,34 +159,67 @@ def span_qa(args, workdir: Path) -> Contest:
     from bertkit_tasks.span_qa.squad import read_squad
 
     train, dev = workdir / "squad-train.json", workdir / "squad-eval.json"
-    sizes = split_questions(args.data / "squad" / "dev-v1.1.json",
-                            [args.qa_train_size, args.qa_eval_size], [train, dev])
+    sizes = split_questions(
+        args.data / "squad" / "dev-v1.1.json", [args.qa_train_size, args.qa_eval_size], [train, dev]
+    )
     overlap = 128
     doc_stride, _ = equivalent_doc_stride([train, dev], 384, overlap)
     epochs = args.epochs or 1
-    recipe = _recipe({"name": "span_qa", "version": "1.1", "doc_stride": doc_stride,
-                      "n_best_size": 20, "max_answer_length": 30}, 384,
-                     {"train": str(train), "validation": str(dev)}, epochs, 16)
+    recipe = _recipe(
+        {
+            "name": "span_qa",
+            "version": "1.1",
+            "doc_stride": doc_stride,
+            "n_best_size": 20,
+            "max_answer_length": 30,
+        },
+        384,
+        {"train": str(train), "validation": str(dev)},
+        epochs,
+        16,
+    )
     examples = read_squad(dev)[0]
-    return Contest(f"SQuAD v1.1, {sizes[0]} questions x {epochs} epoch(s), seq 384, batch 16, "
-                   f"evaluated on {sizes[1]}", recipe,
-                   ("qa", {"train": train, "eval": dev, "max_length": 384, "stride": overlap,
-                           "n_best": 20, "max_answer_length": 30, "epochs": epochs,
-                           "batch_size": 16}),
-                   "f1", lambda result: squad_eval.evaluate(
-                       examples, result["predictions"], version="1.1")["f1"])
+    return Contest(
+        f"SQuAD v1.1, {sizes[0]} questions x {epochs} epoch(s), seq 384, batch 16, "
+        f"evaluated on {sizes[1]}",
+        recipe,
+        (
+            "qa",
+            {
+                "train": train,
+                "eval": dev,
+                "max_length": 384,
+                "stride": overlap,
+                "n_best": 20,
+                "max_answer_length": 30,
+                "epochs": epochs,
+                "batch_size": 16,
+            },
+        ),
+        "f1",
+        lambda result: squad_eval.evaluate(examples, result["predictions"], version="1.1")["f1"],
+    )
 
 
 TASKS = {"classification": classification, "tagging": tagging, "qa": span_qa}
 
 
-def _recipe(task, sequence_length: int, data: dict, epochs: int, batch_size: int,
-            **training) -> dict:
-    return {"schema": 1, "task": task,
-            "backbone": {"preset": PRESET, "sequence_length": sequence_length},
-            "data": data,
-            "training": {"epochs": epochs, "batch_size": batch_size, "learning_rate": 5e-5,
-                         "seed": 42, **training}}
+def _recipe(
+    task, sequence_length: int, data: dict, epochs: int, batch_size: int, **training
+) -> dict:
+    return {
+        "schema": 1,
+        "task": task,
+        "backbone": {"preset": PRESET, "sequence_length": sequence_length},
+        "data": data,
+        "training": {
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "learning_rate": 5e-5,
+            "seed": 42,
+            **training,
+        },
+    }
 
 
 def run_process(argv: list[str]) -> dict:
@@ -170,23 +234,50 @@ def run_process(argv: list[str]) -> dict:
 def run_bertkit(contest: Contest, workdir: Path) -> dict:
     recipe_file, run_dir = workdir / f"{contest.metric}-recipe.json", workdir / "bertkit-run"
     recipe_file.write_text(json.dumps(contest.recipe))  # JSON is YAML
-    measured = run_process([sys.executable, "-m", "bertkit.cli", "finetune", str(recipe_file),
-                            "--output", str(run_dir), "--overwrite"])
+    measured = run_process(
+        [
+            sys.executable,
+            "-m",
+            "bertkit.cli",
+            "finetune",
+            str(recipe_file),
+            "--output",
+            str(run_dir),
+            "--overwrite",
+        ]
+    )
     record = json.loads((run_dir / "run.json").read_text())
     phases = dict(record["phases"])
     total = phases.pop("total")
     startup = record["finetune_called_at"] - measured["launched_at"]
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    return {**measured, "score": metrics["final"]["validation"][contest.metric],
-            "phases": {"start-up": startup, **phases,
-                       "exit": measured["wall_seconds"] - startup - total}}
+    return {
+        **measured,
+        "score": metrics["final"]["validation"][contest.metric],
+        "phases": {
+            "start-up": startup,
+            **phases,
+            "exit": measured["wall_seconds"] - startup - total,
+        },
+    }
 
 
 def run_reference(python: str, contest: Contest, workdir: Path) -> dict:
     command, arguments = contest.reference
     out = workdir / f"reference-{command}.json"
-    argv = [python, str(REFERENCE), command, "--out", str(out), "--model", str(preset_folder()),
-            "--learning-rate", "5e-5", "--seed", "42"]
+    argv = [
+        python,
+        str(REFERENCE),
+        command,
+        "--out",
+        str(out),
+        "--model",
+        str(preset_folder()),
+        "--learning-rate",
+        "5e-5",
+        "--seed",
+        "42",
+    ]
     for key, value in arguments.items():
         flag = f"--{key.replace('_', '-')}"
         argv += [flag] if value is True else [flag, str(value)]
@@ -195,9 +286,13 @@ def run_reference(python: str, contest: Contest, workdir: Path) -> dict:
     startup = result["imported_at"] - measured["launched_at"]
     ran = result["finished_at"] - result["imported_at"]
     train, evaluation = result["train_seconds"], result["eval_seconds"]
-    phases = {"start-up": startup, "train_steps": train, "evaluation": evaluation,
-              "load, tokenize, final predict": ran - train - evaluation,
-              "exit": measured["wall_seconds"] - startup - ran}
+    phases = {
+        "start-up": startup,
+        "train_steps": train,
+        "evaluation": evaluation,
+        "load, tokenize, final predict": ran - train - evaluation,
+        "exit": measured["wall_seconds"] - startup - ran,
+    }
     if not evaluation:  # qa evaluates once, after training: in "load, tokenize, final predict"
         del phases["evaluation"]
     return {**measured, "score": contest.score_reference(result), "phases": phases}
@@ -223,8 +318,9 @@ def training_flops(recipe: dict) -> tuple[float, float]:
         batches.set_epoch(epoch)
         for step in range(len(batches)):
             inputs = batches.batch(step)[0]
-            records.append(step_record(inputs["padding_mask"],
-                                       sequence_index=inputs.get("sequence_index")))
+            records.append(
+                step_record(inputs["padding_mask"], sequence_index=inputs.get("sequence_index"))
+            )
     return flops(records[1:], model_shape(preset_folder()), training=True)
 
 
@@ -234,33 +330,47 @@ def print_table(contest: Contest, ours: dict, reference: dict) -> None:
     names = list(dict.fromkeys([*ours["phases"], *reference["phases"]]))
     names.remove("exit")
     for name in [*names, "exit"]:
-        cells = [f"{result['phases'][name]:.1f}" if name in result["phases"] else "-"
-                 for result in (ours, reference)]
+        cells = [
+            f"{result['phases'][name]:.1f}" if name in result["phases"] else "-"
+            for result in (ours, reference)
+        ]
         print(f"{name:34} {cells[0]:>9} {cells[1]:>13}")
     print(f"{'whole command':34} {ours['wall_seconds']:9.1f} {reference['wall_seconds']:13.1f}")
     print(f"{'dev ' + contest.metric:34} {ours['score']:9.4f} {reference['score']:13.4f}")
-    print(f"{'busy (other processes, CPUs)':34} {ours.get('other_cores_busy', '?'):>9} "
-          f"{reference.get('other_cores_busy', '?'):>13}")
-    print(f"whole-command ratio transformers / bertkit: "
-          f"{reference['wall_seconds'] / ours['wall_seconds']:.2f}x")
+    print(
+        f"{'busy (other processes, CPUs)':34} {ours.get('other_cores_busy', '?'):>9} "
+        f"{reference.get('other_cores_busy', '?'):>13}"
+    )
+    print(
+        f"whole-command ratio transformers / bertkit: "
+        f"{reference['wall_seconds'] / ours['wall_seconds']:.2f}x"
+    )
     if "train_gflops" in ours:
-        print(f"bertkit training: {ours['train_gflops']:.1f} GFLOP/s on padded tokens "
-              f"({ours['percent_of_peak']:.0f}% of the {ours['peak_gflops']:.0f} GFLOP/s matmul "
-              f"peak), {ours['useful_train_gflops']:.1f} on real tokens "
-              f"({ours['useful_percent_of_peak']:.0f}%)")
+        print(
+            f"bertkit training: {ours['train_gflops']:.1f} GFLOP/s on padded tokens "
+            f"({ours['percent_of_peak']:.0f}% of the {ours['peak_gflops']:.0f} GFLOP/s matmul "
+            f"peak), {ours['useful_train_gflops']:.1f} on real tokens "
+            f"({ours['useful_percent_of_peak']:.0f}%)"
+        )
 
 
 def main():
     parser = argument_parser(__doc__, "the folder with sst2/, conll2003/ and squad/")
-    parser.add_argument("--tasks", default="classification,tagging,qa",
-                        help=f"comma-separated, of {', '.join(TASKS)}")
+    parser.add_argument(
+        "--tasks",
+        default="classification,tagging,qa",
+        help=f"comma-separated, of {', '.join(TASKS)}",
+    )
     parser.add_argument("--epochs", type=int, help="every task's epochs (default: per task)")
     parser.add_argument("--sst2-train-size", type=int, default=4000)
     parser.add_argument("--conll-train-size", type=int, default=4000)
     parser.add_argument("--qa-train-size", type=int, default=2000)
     parser.add_argument("--qa-eval-size", type=int, default=500)
-    parser.add_argument("--only", choices=["bertkit", "transformers"],
-                        help="run one contender (a check of the script, no ratio)")
+    parser.add_argument(
+        "--only",
+        choices=["bertkit", "transformers"],
+        help="run one contender (a check of the script, no ratio)",
+    )
     args = parser.parse_args()
 
     from throughput import matmul_peaks
@@ -275,19 +385,28 @@ def main():
         if ours:
             padded, useful = training_flops(contest.recipe)
             seconds = ours["phases"]["train_steps"]
-            ours |= {"peak_gflops": peak, "train_gflops": padded / seconds / 1e9,
-                     "useful_train_gflops": useful / seconds / 1e9,
-                     "percent_of_peak": 100 * padded / seconds / 1e9 / peak,
-                     "useful_percent_of_peak": 100 * useful / seconds / 1e9 / peak}
-        reference = (run_reference(args.python, contest, workdir) if args.only != "bertkit"
-                     else None)
+            ours |= {
+                "peak_gflops": peak,
+                "train_gflops": padded / seconds / 1e9,
+                "useful_train_gflops": useful / seconds / 1e9,
+                "percent_of_peak": 100 * padded / seconds / 1e9 / peak,
+                "useful_percent_of_peak": 100 * useful / seconds / 1e9 / peak,
+            }
+        reference = run_reference(args.python, contest, workdir) if args.only != "bertkit" else None
         results[name] = {"budget": contest.name, "bertkit": ours, "transformers": reference}
         if ours and reference:
             print_table(contest, ours, reference)
         else:
             print(json.dumps(ours or reference, indent=1))
-    print(json.dumps({"benchmark": "whole_command", "settings": vars(args) | {
-        "data": str(args.data), "cpu_count": os.cpu_count()}, **results}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "whole_command",
+                "settings": vars(args) | {"data": str(args.data), "cpu_count": os.cpu_count()},
+                **results,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,21 @@ from bertkit.task import (  # noqa: E402
 from bertkit.training.preemption import Preempted  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["DataFiles", "Features", "NoOptions", "PredictOption", "Preempted", "Recipe", "Task",
-           "UserError", "finetune", "load", "load_recipe", "string_inputs", "tune"]
+__all__ = [
+    "DataFiles",
+    "Features",
+    "NoOptions",
+    "PredictOption",
+    "Preempted",
+    "Recipe",
+    "Task",
+    "UserError",
+    "finetune",
+    "load",
+    "load_recipe",
+    "string_inputs",
+    "tune",
+]
 
 
 def finetune(recipe, **kwargs):

@@ -38,8 +38,15 @@ ARRIVAL_WINDOW_SECONDS = 0.05
 MAX_INPUT_CHARACTERS = 100_000
 # A SavedModel's default bound on the characters of one request (all its inputs together).
 MAX_REQUEST_CHARACTERS = 1_000_000
-_KINDS = {".jsonl": "jsonl", ".jsonlines": "jsonl", ".ndjson": "jsonl", ".json": "json",
-          ".csv": "csv", ".tsv": "tsv", ".txt": "text"}
+_KINDS = {
+    ".jsonl": "jsonl",
+    ".jsonlines": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "json",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".txt": "text",
+}
 
 
 def kind_from_name(path) -> str | None:
@@ -109,8 +116,11 @@ def parse_json(text: str, source, line: int | None = None):
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise UserError(f"invalid JSON: {error.msg}", source=source,
-                        line=line if line is not None else error.lineno) from None
+        raise UserError(
+            f"invalid JSON: {error.msg}",
+            source=source,
+            line=line if line is not None else error.lineno,
+        ) from None
 
 
 def json_lines(lines: Iterable[tuple[int, str]], source, objects: bool = False):
@@ -266,16 +276,18 @@ def _read(file, path) -> bytes:
     try:
         return file.read()
     except OSError as error:
-        raise UserError(f"cannot read the file: {error.strerror}",
-                        source=source_name(path)) from None
+        raise UserError(
+            f"cannot read the file: {error.strerror}", source=source_name(path)
+        ) from None
 
 
 def _read_lines(file, path) -> Iterator[bytes]:
     try:
         yield from file
     except OSError as error:
-        raise UserError(f"cannot read the file: {error.strerror}",
-                        source=source_name(path)) from None
+        raise UserError(
+            f"cannot read the file: {error.strerror}", source=source_name(path)
+        ) from None
 
 
 def _decode(data: bytes, path, offset: int, line: int, first: bool) -> str:
@@ -285,5 +297,8 @@ def _decode(data: bytes, path, offset: int, line: int, first: bool) -> str:
         return data[skip:].decode("utf-8")
     except UnicodeDecodeError as error:
         line += data.count(b"\n", 0, skip + error.start)
-        raise UserError(f"not UTF-8 text (byte {offset + skip + error.start})",
-                        source=source_name(path), line=line) from None
+        raise UserError(
+            f"not UTF-8 text (byte {offset + skip + error.start})",
+            source=source_name(path),
+            line=line,
+        ) from None

@@ -69,8 +69,9 @@ def padded_length(longest: int, buckets: tuple[int, ...]) -> int:
     return buckets[min(index, len(buckets) - 1)]
 
 
-def pad_batch(features: Features, rows: np.ndarray, buckets: tuple[int, ...],
-              longest: int | None = None) -> dict:
+def pad_batch(
+    features: Features, rows: np.ndarray, buckets: tuple[int, ...], longest: int | None = None
+) -> dict:
     """Columns of `rows` as arrays; sequence columns padded to a bucket length.
 
     The bucket is the one that holds the longest of `rows`, or `longest` tokens
@@ -79,15 +80,17 @@ def pad_batch(features: Features, rows: np.ndarray, buckets: tuple[int, ...],
     """
     lengths = features.lengths(rows)
     width = padded_length(int(lengths.max()) if longest is None else longest, buckets)
-    batch = {"padding_mask": (np.arange(width)[None, :] < lengths[:, None]).astype(np.int32),
-             "row_index": rows}
+    batch = {
+        "padding_mask": (np.arange(width)[None, :] < lengths[:, None]).astype(np.int32),
+        "row_index": rows,
+    }
     for name, column in features.columns.items():
         if features.is_sequence(name):
             values = [column[i] for i in rows]
             dtype = np.result_type(*[v.dtype for v in values[:1]])
             padded = np.full((len(rows), width), features.pad_values.get(name, 0), dtype=dtype)
             for j, value in enumerate(values):
-                padded[j, :len(value)] = value
+                padded[j, : len(value)] = value
             batch[name] = padded
         else:
             batch[name] = np.asarray(column)[rows]
@@ -111,4 +114,4 @@ def fill_rows(rows: np.ndarray, multiple: int) -> np.ndarray:
 def inference_batches(lengths: np.ndarray, batch_size: int) -> list:
     """Batches of rows sorted by length (least padding); order does not matter for prediction."""
     order = np.argsort(lengths, kind="stable")
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]

@@ -50,8 +50,9 @@ class Cadence:
         (True, True)
     """
 
-    def __init__(self, total: int, *, fraction: float = 0.1, interval: float = 30.0,
-                 clock=time.monotonic):
+    def __init__(
+        self, total: int, *, fraction: float = 0.1, interval: float = 30.0, clock=time.monotonic
+    ):
         self.total, self.interval, self.clock = total, interval, clock
         self.every = max(1, math.ceil(total * fraction))
         self.restart()
@@ -62,8 +63,11 @@ class Cadence:
 
     def due(self, done: int) -> bool:
         now = self.clock()
-        if done >= self.total or done - self.last_done >= self.every or (
-                now - self.last_time >= self.interval and done > self.last_done):
+        if (
+            done >= self.total
+            or done - self.last_done >= self.every
+            or (now - self.last_time >= self.interval and done > self.last_done)
+        ):
             self.last_done, self.last_time = done, now
             return True
         return False
@@ -85,8 +89,9 @@ class CountProgress:
     items, so short calls stay quiet.
     """
 
-    def __init__(self, what: str, total: int, *, stream=None, clock=time.monotonic,
-                 quiet_below: int = 1):
+    def __init__(
+        self, what: str, total: int, *, stream=None, clock=time.monotonic, quiet_below: int = 1
+    ):
         self.what, self.total = what, total
         self.stream = stream or sys.stderr
         self.cadence = Cadence(total, clock=clock)
@@ -104,8 +109,10 @@ class CountProgress:
 
     def _line(self, done: int) -> str:
         rate = done / max(self.cadence.elapsed(), 1e-9)
-        return (f"{self.what} {done}/{self.total} ({100 * done // max(self.total, 1)}%)  "
-                f"{rate:.1f}/s  eta {self.cadence.eta(done)}")
+        return (
+            f"{self.what} {done}/{self.total} ({100 * done // max(self.total, 1)}%)  "
+            f"{rate:.1f}/s  eta {self.cadence.eta(done)}"
+        )
 
 
 def _is_terminal(stream) -> bool:

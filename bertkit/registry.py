@@ -59,15 +59,23 @@ def load_task(name: str, *, source=None, line=None, key="task"):
         available = ", ".join(sorted(points)) or "none installed"
         close = difflib.get_close_matches(str(name), list(points), n=1)
         hint = f" did you mean '{close[0]}'?" if close else ""
-        raise UserError(f"unknown task '{name}';{hint} available: {available}",
-                        source=source, line=line, key=key)
+        raise UserError(
+            f"unknown task '{name}';{hint} available: {available}",
+            source=source,
+            line=line,
+            key=key,
+        )
     ep = points[name]
     try:
         task_class = ep.load()
     except Exception as error:  # a broken plugin must not take the CLI down with a traceback
         raise UserError(
             f"task plugin '{name}' ({ep.value}, from {_distribution(ep)}) failed to import: "
-            f"{type(error).__name__}: {error}", source=source, line=line, key=key) from None
+            f"{type(error).__name__}: {error}",
+            source=source,
+            line=line,
+            key=key,
+        ) from None
     return task_class
 
 
@@ -81,6 +89,9 @@ def describe_tasks() -> list[TaskInfo]:
             options = tuple(getattr(task_class, "predict_options", ()))
             infos.append(TaskInfo(name, ep.value, _distribution(ep), description, options))
         except Exception as error:
-            infos.append(TaskInfo(name, ep.value, _distribution(ep),
-                                  error=f"{type(error).__name__}: {error}"))
+            infos.append(
+                TaskInfo(
+                    name, ep.value, _distribution(ep), error=f"{type(error).__name__}: {error}"
+                )
+            )
     return infos

@@ -27,6 +27,7 @@ def markdown_table(header: list, rows: list[list]) -> str:
         |---|---|
         | PER | 0.9123 |
     """
+
     def cell(value) -> str:
         text = f"{value:.4f}" if isinstance(value, float) else str(value)
         return text.replace("|", "\\|").replace("\n", " ")
@@ -44,8 +45,13 @@ def best_epoch(history: list[dict], monitor: str, mode: str) -> dict | None:
     return (max if mode == "max" else min)(scored, key=lambda h: h[monitor])
 
 
-def plot_learning_curve(history: list[dict], path, steps: list[dict] | None = None,
-                        monitor: str | None = None, mode: str = "max") -> Path | None:
+def plot_learning_curve(
+    history: list[dict],
+    path,
+    steps: list[dict] | None = None,
+    monitor: str | None = None,
+    mode: str = "max",
+) -> Path | None:
     """Left: training loss per logged step with the learning rate; right: the validation
     metric per epoch with the best epoch marked. Epochs on both x axes."""
     if not history:
@@ -62,10 +68,20 @@ def plot_learning_curve(history: list[dict], path, steps: list[dict] | None = No
 
 def _plot_loss(axes, history, steps) -> None:
     if steps:
-        axes.plot([s["progress"] for s in steps], [s["loss"] for s in steps], color="tab:blue",
-                  linewidth=1, label="training loss (per logged step)")
-    axes.plot([h["epoch"] for h in history], [h.get("loss") for h in history], "o",
-              color="tab:blue", label="training loss (epoch mean)")
+        axes.plot(
+            [s["progress"] for s in steps],
+            [s["loss"] for s in steps],
+            color="tab:blue",
+            linewidth=1,
+            label="training loss (per logged step)",
+        )
+    axes.plot(
+        [h["epoch"] for h in history],
+        [h.get("loss") for h in history],
+        "o",
+        color="tab:blue",
+        label="training loss (epoch mean)",
+    )
     axes.set_xlabel("epoch")
     axes.set_ylabel("loss")
     axes.set_title("training")
@@ -73,8 +89,13 @@ def _plot_loss(axes, history, steps) -> None:
     _epoch_ticks(axes, history)
     if steps:
         rate = axes.twinx()
-        rate.plot([s["progress"] for s in steps], [s["learning_rate"] for s in steps],
-                  color="tab:orange", linewidth=1, label="learning rate")
+        rate.plot(
+            [s["progress"] for s in steps],
+            [s["learning_rate"] for s in steps],
+            color="tab:orange",
+            linewidth=1,
+            label="learning rate",
+        )
         rate.set_ylabel("learning rate", color="tab:orange")
         rate.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
         rate.legend(loc="upper right", fontsize="small")
@@ -89,52 +110,99 @@ def _plot_validation(axes, history, monitor, mode) -> None:
         return
     scored = [h for h in history if monitor in h]
     name = monitor.removeprefix("val_")
-    axes.plot([h["epoch"] for h in scored], [h[monitor] for h in scored], marker="o",
-              color="tab:green", label=name)
+    axes.plot(
+        [h["epoch"] for h in scored],
+        [h[monitor] for h in scored],
+        marker="o",
+        color="tab:green",
+        label=name,
+    )
     best = best_epoch(history, monitor, mode)
-    axes.scatter([best["epoch"]], [best[monitor]], s=250, marker="*", color="tab:red",
-                 zorder=3, label=f"best: epoch {best['epoch']}, {best[monitor]:.4f}")
+    axes.scatter(
+        [best["epoch"]],
+        [best[monitor]],
+        s=250,
+        marker="*",
+        color="tab:red",
+        zorder=3,
+        label=f"best: epoch {best['epoch']}, {best[monitor]:.4f}",
+    )
     axes.set_title(f"validation {name} ({'higher' if mode == 'max' else 'lower'} is better)")
     axes.legend(fontsize="small")
 
 
 def _epoch_ticks(axes, history) -> None:
     last = max(h["epoch"] for h in history)
-    axes.set_xticks(range(0 if axes.get_xlim()[0] < 0.5 else 1, last + 1,
-                          max(1, last // 10)))
+    axes.set_xticks(range(0 if axes.get_xlim()[0] < 0.5 else 1, last + 1, max(1, last // 10)))
 
 
-def write_report(path, *, recipe: dict, history: list[dict], final: dict, monitor: str,
-                 seconds: float, mode: str = "max", steps: list[dict] | None = None,
-                 task_section: str | None = None, lora: dict | None = None) -> None:
+def write_report(
+    path,
+    *,
+    recipe: dict,
+    history: list[dict],
+    final: dict,
+    monitor: str,
+    seconds: float,
+    mode: str = "max",
+    steps: list[dict] | None = None,
+    task_section: str | None = None,
+    lora: dict | None = None,
+) -> None:
     """Writes report.md: setup, final metrics, per-epoch table, the plot, the task's section.
     `lora`: a LoRA run's record (`model/task.json`), for its trained share of the weights."""
     best = best_epoch(history, monitor, mode)
     kept = f", best epoch {best['epoch']}" if best and monitor in best else ""
-    lines = [f"# bertkit run: {recipe['task']['name']}", "",
-             f"- backbone: `{recipe['backbone']['preset']}`, sequence length "
-             f"{recipe['backbone']['sequence_length']}",
-             f"- training file: `{recipe['data']['train']}`",
-             f"- epochs run: {len(history)}, wall time {seconds:.0f} s, best by `{monitor}`{kept}",
-             "", "## Final metrics", "", "| split | metric | value |", "|---|---|---|"]
+    lines = [
+        f"# bertkit run: {recipe['task']['name']}",
+        "",
+        f"- backbone: `{recipe['backbone']['preset']}`, sequence length "
+        f"{recipe['backbone']['sequence_length']}",
+        f"- training file: `{recipe['data']['train']}`",
+        f"- epochs run: {len(history)}, wall time {seconds:.0f} s, best by `{monitor}`{kept}",
+        "",
+        "## Final metrics",
+        "",
+        "| split | metric | value |",
+        "|---|---|---|",
+    ]
     if lora:
-        lines.insert(5, f"- LoRA rank {lora['rank']}, alpha {lora['alpha']:g} on "
-                        f"{', '.join(lora['targets'])}; {describe_trainable(lora)}")
+        lines.insert(
+            5,
+            f"- LoRA rank {lora['rank']}, alpha {lora['alpha']:g} on "
+            f"{', '.join(lora['targets'])}; {describe_trainable(lora)}",
+        )
     for split, metrics in final.items():
         for name, value in metrics.items():
             if isinstance(value, (int, float)):
                 lines.append(f"| {split} | {name} | {value:.4f} |")
     if history:
         columns = [k for k in history[-1] if k != "epoch"]
-        rows = [[f"{h['epoch']}{' (best)' if h is best and kept else ''}",
-                 *(f"{h[c]:.4g}" if isinstance(h.get(c), float) else str(h.get(c, ""))
-                   for c in columns)] for h in history]
-        lines += ["", "## Per epoch", "", markdown_table(["epoch", *columns], rows), "",
-                  "![learning curve](learning_curve.png)", ""]
+        rows = [
+            [
+                f"{h['epoch']}{' (best)' if h is best and kept else ''}",
+                *(
+                    f"{h[c]:.4g}" if isinstance(h.get(c), float) else str(h.get(c, ""))
+                    for c in columns
+                ),
+            ]
+            for h in history
+        ]
+        lines += [
+            "",
+            "## Per epoch",
+            "",
+            markdown_table(["epoch", *columns], rows),
+            "",
+            "![learning curve](learning_curve.png)",
+            "",
+        ]
         if steps:
             every = _every(steps)
-            lines.append(f"Training loss logged every {f'{every} steps' if every > 1 else 'step'}"
-                         f" ({len(steps)} points, in `steps.json`), with the learning rate.")
+            lines.append(
+                f"Training loss logged every {f'{every} steps' if every > 1 else 'step'}"
+                f" ({len(steps)} points, in `steps.json`), with the learning rate."
+            )
     if task_section:
         lines += ["", "# Validation error analysis (best epoch)", "", task_section]
     Path(path).write_text("\n".join(lines) + "\n")
@@ -147,6 +215,7 @@ def describe_trainable(record: dict) -> str:
         >>> describe_trainable({"trainable_weights": 148_000, "weights": 22_700_000})
         'trainable: 148k of 22.7M weights (0.65%)'
     """
+
     def count(number: int) -> str:
         for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
             if number >= size:
@@ -161,54 +230,114 @@ def _every(steps: list[dict]) -> int:
     return steps[1]["step"] - steps[0]["step"] if len(steps) > 1 else 1
 
 
-def write_task_report(task, examples: list, predictions: list[dict], directory, *,
-                      title: str, metrics: dict) -> str | None:
+def write_task_report(
+    task, examples: list, predictions: list[dict], directory, *, title: str, metrics: dict
+) -> str | None:
     """The task's error analysis (`Task.report`) as `directory/report.md`; returns it."""
     directory = Path(directory)
     section = task.report(examples, predictions, directory)
     rows = [[name, value] for name, value in metrics.items() if isinstance(value, (int, float))]
-    text = "\n".join([f"# {title}", "", f"{len(examples)} examples.", "",
-                      markdown_table(["metric", "value"], rows), "", section or ""]) + "\n"
+    text = (
+        "\n".join(
+            [
+                f"# {title}",
+                "",
+                f"{len(examples)} examples.",
+                "",
+                markdown_table(["metric", "value"], rows),
+                "",
+                section or "",
+            ]
+        )
+        + "\n"
+    )
     (directory / "report.md").write_text(text)
     return section
 
 
-def write_model_card(path, *, recipe: dict, data_sizes: dict, final: dict, monitor: str,
-                     task_description: str, best: dict | None) -> None:
+def write_model_card(
+    path,
+    *,
+    recipe: dict,
+    data_sizes: dict,
+    final: dict,
+    monitor: str,
+    task_description: str,
+    best: dict | None,
+) -> None:
     """README.md in the run directory, the model card users of model hubs look for."""
     training = recipe["training"]
-    shown = {k: training[k] for k in ("epochs", "batch_size", "learning_rate", "warmup_ratio",
-                                      "weight_decay", "max_grad_norm", "seed") if k in training}
-    lines = [f"# {Path(recipe.get('output_dir') or path).name}: a bertkit "
-             f"{recipe['task']['name']} model", "",
-             f"{task_description}", "",
-             "## Base model", "", f"`{recipe['backbone']['preset']}`, fine-tuned with bertkit "
-             f"(sequence length {recipe['backbone']['sequence_length']}).", "",
-             "## Data", "",
-             markdown_table(["split", "file", "examples", "size"],
-                            [[split, f"`{info['file']}`", info["examples"], info["size"]]
-                             for split, info in data_sizes.items()]), "",
-             "## Training recipe", "",
-             ", ".join(f"{k} {v}" for k, v in shown.items())
-             + (f"; best epoch {best['epoch']} by `{monitor}`" if best else "")
-             + ". The full recipe is `recipe.yaml`.", "",
-             "## Metrics", ""]
-    rows = [[split, name, value] for split, metrics in final.items()
-            for name, value in metrics.items() if isinstance(value, (int, float))]
-    lines += [markdown_table(["split", "metric", "value"], rows) if rows
-              else "No validation or test split was evaluated.", "",
-              "## Intended use", "",
-              f"{recipe['task']['name']} on text like the training data "
-              "(same language, domain and label set). Use it with "
-              "`bertkit predict <run>`, `bertkit.load(<run>).predict([...])`, or serve "
-              "`saved_model/` with TensorFlow and tensorflow-text (raw text in).", "",
-              "## Limits", "",
-              "- Measured only on the splits above; expect lower quality on other domains, "
-              "languages or label definitions.",
-              f"- Inputs longer than {recipe['backbone']['sequence_length']} word pieces are "
-              "truncated or windowed by the task.",
-              "- It inherits the biases of the base model and of the training data; review "
-              "its errors (`report.md`) before relying on it.", ""]
+    shown = {
+        k: training[k]
+        for k in (
+            "epochs",
+            "batch_size",
+            "learning_rate",
+            "warmup_ratio",
+            "weight_decay",
+            "max_grad_norm",
+            "seed",
+        )
+        if k in training
+    }
+    lines = [
+        f"# {Path(recipe.get('output_dir') or path).name}: a bertkit "
+        f"{recipe['task']['name']} model",
+        "",
+        f"{task_description}",
+        "",
+        "## Base model",
+        "",
+        f"`{recipe['backbone']['preset']}`, fine-tuned with bertkit "
+        f"(sequence length {recipe['backbone']['sequence_length']}).",
+        "",
+        "## Data",
+        "",
+        markdown_table(
+            ["split", "file", "examples", "size"],
+            [
+                [split, f"`{info['file']}`", info["examples"], info["size"]]
+                for split, info in data_sizes.items()
+            ],
+        ),
+        "",
+        "## Training recipe",
+        "",
+        ", ".join(f"{k} {v}" for k, v in shown.items())
+        + (f"; best epoch {best['epoch']} by `{monitor}`" if best else "")
+        + ". The full recipe is `recipe.yaml`.",
+        "",
+        "## Metrics",
+        "",
+    ]
+    rows = [
+        [split, name, value]
+        for split, metrics in final.items()
+        for name, value in metrics.items()
+        if isinstance(value, (int, float))
+    ]
+    lines += [
+        markdown_table(["split", "metric", "value"], rows)
+        if rows
+        else "No validation or test split was evaluated.",
+        "",
+        "## Intended use",
+        "",
+        f"{recipe['task']['name']} on text like the training data "
+        "(same language, domain and label set). Use it with "
+        "`bertkit predict <run>`, `bertkit.load(<run>).predict([...])`, or serve "
+        "`saved_model/` with TensorFlow and tensorflow-text (raw text in).",
+        "",
+        "## Limits",
+        "",
+        "- Measured only on the splits above; expect lower quality on other domains, "
+        "languages or label definitions.",
+        f"- Inputs longer than {recipe['backbone']['sequence_length']} word pieces are "
+        "truncated or windowed by the task.",
+        "- It inherits the biases of the base model and of the training data; review "
+        "its errors (`report.md`) before relying on it.",
+        "",
+    ]
     Path(path).write_text("\n".join(lines))
 
 
@@ -218,12 +347,23 @@ def data_size(path, examples: int | None) -> dict:
         size = f"{os.path.getsize(path) / 1024:.1f} KiB"
     except (OSError, TypeError):
         size = "?"
-    return {"file": Path(path).name if path else "-",
-            "examples": "?" if examples is None else examples, "size": size}
+    return {
+        "file": Path(path).name if path else "-",
+        "examples": "?" if examples is None else examples,
+        "size": size,
+    }
 
 
-def write_run_report(directory, recipe, data, history: list[dict], final: dict, monitor: str,
-                     seconds: float, validation_predictions: list[dict] | None) -> None:
+def write_run_report(
+    directory,
+    recipe,
+    data,
+    history: list[dict],
+    final: dict,
+    monitor: str,
+    seconds: float,
+    validation_predictions: list[dict] | None,
+) -> None:
     """All of a finished run's reading matter: learning_curve.png, report.md (with the
     task's error analysis of the validation split) and the model card README.md."""
     import numpy as np
@@ -240,18 +380,37 @@ def write_run_report(directory, recipe, data, history: list[dict], final: dict, 
         try:
             section = task.report(data.validation, validation_predictions, directory)
         except Exception as error:  # noqa: BLE001  (a plugin's report must not lose the run)
-            print(f"bertkit: warning: the {task.name} task's report failed: "
-                  f"{type(error).__name__}: {error}", file=sys.stderr)
+            print(
+                f"bertkit: warning: the {task.name} task's report failed: "
+                f"{type(error).__name__}: {error}",
+                file=sys.stderr,
+            )
     plain = recipe.to_dict()
-    write_report(directory / "report.md", recipe=plain, history=history, final=final,
-                 monitor=monitor, seconds=seconds, mode=mode, steps=steps, task_section=section,
-                 lora=data.description.get("lora"))
-    sizes = {"train": data_size(recipe.data.train,
-                                len(np.unique(data.train_features.example_index)))}
+    write_report(
+        directory / "report.md",
+        recipe=plain,
+        history=history,
+        final=final,
+        monitor=monitor,
+        seconds=seconds,
+        mode=mode,
+        steps=steps,
+        task_section=section,
+        lora=data.description.get("lora"),
+    )
+    sizes = {
+        "train": data_size(recipe.data.train, len(np.unique(data.train_features.example_index)))
+    }
     if data.validation:
         sizes["validation"] = data_size(recipe.data.validation, len(data.validation))
     if recipe.data.test:
         sizes["test"] = data_size(recipe.data.test, None)
-    write_model_card(directory / "README.md", recipe=plain, data_sizes=sizes, final=final,
-                     monitor=monitor, task_description=task.description,
-                     best=best_epoch(history, monitor, mode))
+    write_model_card(
+        directory / "README.md",
+        recipe=plain,
+        data_sizes=sizes,
+        final=final,
+        monitor=monitor,
+        task_description=task.description,
+        best=best_epoch(history, monitor, mode),
+    )

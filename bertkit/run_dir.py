@@ -116,9 +116,12 @@ class RunDirectory:
         if not run.path.is_dir():
             raise UserError("run directory not found", source=run.path)
         if not run.task_file.exists() or not run.weights_file.exists():
-            raise UserError("not a bertkit run directory with a trained model (no "
-                            "model/task.json or model/model.weights.h5)"
-                            f"{run.replaced_hint()}", source=run.path)
+            raise UserError(
+                "not a bertkit run directory with a trained model (no "
+                "model/task.json or model/model.weights.h5)"
+                f"{run.replaced_hint()}",
+                source=run.path,
+            )
         for entry in [run.model_dir, *run.model_dir.iterdir()]:
             run.inside(entry, entry)
         return run
@@ -128,9 +131,12 @@ class RunDirectory:
         `named` (the file, or the `task.json` that names it under `key`)."""
         resolved = Path(path).resolve()
         if not resolved.is_relative_to(self.path.resolve()):
-            raise UserError(f"leads outside the run directory (to {resolved}); a run "
-                            f"directory from elsewhere does not choose files to read{hint}",
-                            source=named, key=key)
+            raise UserError(
+                f"leads outside the run directory (to {resolved}); a run "
+                f"directory from elsewhere does not choose files to read{hint}",
+                source=named,
+                key=key,
+            )
         return resolved
 
     def write_task_description(self, description: dict) -> None:
@@ -183,8 +189,10 @@ class RunDirectory:
         """For errors about the folder: where an interrupted `overwrite` left the old run."""
         if not self.replaced_dir.is_dir():
             return ""
-        return (f"; the run it replaces is kept in {self.replaced_dir} (an overwrite was "
-                "interrupted: run it again to finish it, or move that folder's files back)")
+        return (
+            f"; the run it replaces is kept in {self.replaced_dir} (an overwrite was "
+            "interrupted: run it again to finish it, or move that folder's files back)"
+        )
 
     def status(self) -> str | None:
         """`running` or `finished`; None when the folder holds no bertkit run.
@@ -210,18 +218,26 @@ class RunDirectory:
         if not self.is_empty():
             status = self.status()
             if status is None:
-                raise UserError("output folder exists and is not a bertkit run directory; "
-                                f"choose another output_dir{self.replaced_hint()}",
-                                source=self.path)
+                raise UserError(
+                    "output folder exists and is not a bertkit run directory; "
+                    f"choose another output_dir{self.replaced_hint()}",
+                    source=self.path,
+                )
             if overwrite:
                 self._move_aside()
             elif status == FINISHED:
-                raise UserError("holds a finished run; pass --overwrite (overwrite=True) to "
-                                "replace it, or choose another output folder", source=self.path)
+                raise UserError(
+                    "holds a finished run; pass --overwrite (overwrite=True) to "
+                    "replace it, or choose another output folder",
+                    source=self.path,
+                )
             elif self.recipe_file.read_text() != recipe_yaml:
-                raise UserError("holds an unfinished run of a different recipe; pass "
-                                "--overwrite to start over, or choose another output folder"
-                                f"{self.replaced_hint()}", source=self.path)
+                raise UserError(
+                    "holds an unfinished run of a different recipe; pass "
+                    "--overwrite to start over, or choose another output folder"
+                    f"{self.replaced_hint()}",
+                    source=self.path,
+                )
             else:
                 return True
         try:
@@ -277,7 +293,8 @@ class RunDirectory:
         """Whether training has left anything to resume or keep in the folder: a checkpoint
         or metrics, the run's own or those of a run inside it (`seeds/`)."""
         return self.path.is_dir() and any(
-            True for name in ("metrics.json", "checkpoint") for _ in self.path.rglob(name))
+            True for name in ("metrics.json", "checkpoint") for _ in self.path.rglob(name)
+        )
 
     def remove_made(self) -> None:
         """Removes what this process added since it took the lock (a run that stopped before
@@ -308,11 +325,15 @@ class RunDirectory:
         if self.path.exists() and not self.path.is_dir():
             raise UserError("output path exists and is not a folder", source=self.path)
         if not self.is_empty() and self.status() is None:
-            raise UserError("output folder exists and is not a bertkit run directory; "
-                            f"choose another output_dir{self.replaced_hint()}",
-                            source=self.path)
-        made = next((folder for folder in reversed([self.path, *self.path.parents])
-                     if not folder.exists()), None)  # the outermost folder made here
+            raise UserError(
+                "output folder exists and is not a bertkit run directory; "
+                f"choose another output_dir{self.replaced_hint()}",
+                source=self.path,
+            )
+        made = next(
+            (folder for folder in reversed([self.path, *self.path.parents]) if not folder.exists()),
+            None,
+        )  # the outermost folder made here
         self.path.mkdir(parents=True, exist_ok=True)
         before = {entry.name for entry in self.path.iterdir()}
         with open(self.path / LOCK_FILE, "a+") as handle:
@@ -321,12 +342,16 @@ class RunDirectory:
             except BlockingIOError:
                 handle.seek(0)
                 holder = handle.read().strip() or "another process"
-                raise UserError(f"in use by {holder}; wait for it to end or choose another "
-                                "output folder", source=self.path) from None
+                raise UserError(
+                    f"in use by {holder}; wait for it to end or choose another output folder",
+                    source=self.path,
+                ) from None
             handle.truncate(0)
             started = time.strftime("%Y-%m-%d %H:%M:%S")
-            handle.write(f"bertkit finetune (pid {os.getpid()} on {socket.gethostname()}, "
-                         f"started {started})\n")
+            handle.write(
+                f"bertkit finetune (pid {os.getpid()} on {socket.gethostname()}, "
+                f"started {started})\n"
+            )
             handle.flush()
             self._made = (made, before)
             try:

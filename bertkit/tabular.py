@@ -33,13 +33,18 @@ def detect_format(path, declared: str = "auto", allowed=FORMATS) -> str:
     """
     if declared != "auto":
         if declared not in allowed:
-            raise UserError(f"unknown format '{declared}'; expected one of: auto, "
-                            f"{', '.join(allowed)}", key="data.format")
+            raise UserError(
+                f"unknown format '{declared}'; expected one of: auto, {', '.join(allowed)}",
+                key="data.format",
+            )
         return declared
     fmt = _FORMAT_OF_KIND.get(kind_from_name(path))
     if fmt not in allowed:
-        raise UserError(f"cannot tell the format from the file name; set data.format to one "
-                        f"of: {', '.join(allowed)}", source=path)
+        raise UserError(
+            f"cannot tell the format from the file name; set data.format to one "
+            f"of: {', '.join(allowed)}",
+            source=path,
+        )
     return fmt
 
 
@@ -90,8 +95,9 @@ def column_inputs(path, fmt: str, column: str, pair_column: str | None = None) -
         yield None if None in values else values[0] if len(values) == 1 else values
 
 
-def prediction_inputs(path, *, column: str | None = None, pair_column: str | None = None,
-                      file_format: str = "auto"):
+def prediction_inputs(
+    path, *, column: str | None = None, pair_column: str | None = None, file_format: str = "auto"
+):
     """`predict`'s inputs from a file (`-`: stdin), read as `bertkit predict` reads them: one
     per line (`bertkit.files.predict_inputs`), or with `column` one per data row of a TSV,
     CSV or JSON-lines file (`column_inputs`).
@@ -122,9 +128,11 @@ def prediction_inputs(path, *, column: str | None = None, pair_column: str | Non
 
 def _cell(row: dict, name: str, path, line: int):
     if name not in row:
-        raise UserError(f"missing column '{name}' (columns: "
-                        f"{', '.join(map(str, row)) or 'none'})", source=source_name(path),
-                        line=line)
+        raise UserError(
+            f"missing column '{name}' (columns: {', '.join(map(str, row)) or 'none'})",
+            source=source_name(path),
+            line=line,
+        )
     value = row[name]
     return value if isinstance(value, str) and value.strip() else None
 
@@ -138,15 +146,19 @@ def _delimited_rows(path, fmt):
     source = source_name(path)
     header = _next_fields(reader, source, None)
     if not header:
-        raise UserError("empty file; expected a header line naming the columns", source=source,
-                        line=1)
+        raise UserError(
+            "empty file; expected a header line naming the columns", source=source, line=1
+        )
     header = [name.strip() for name in header]
     while (fields := _next_fields(reader, source, header)) is not None:
         if not fields or fields == [""]:
             continue
         if len(fields) != len(header):
-            raise UserError(f"expected {len(header)} fields ({', '.join(header)}), "
-                            f"found {len(fields)}", source=source, line=reader.line_num)
+            raise UserError(
+                f"expected {len(header)} fields ({', '.join(header)}), found {len(fields)}",
+                source=source,
+                line=reader.line_num,
+            )
         yield reader.line_num, dict(zip(header, fields, strict=True))
 
 
@@ -158,9 +170,13 @@ def _next_fields(reader, source: str, header: list | None) -> list | None:
     for index, field in enumerate(fields or ()):
         if len(field) > MAX_CELL_CHARACTERS:
             column = header[index] if header and index < len(header) else f"column {index + 1}"
-            raise UserError(f"a cell of {len(field):,} characters, over the limit of "
-                            f"{MAX_CELL_CHARACTERS:,} (128 KiB)", source=source,
-                            line=reader.line_num, key=column)
+            raise UserError(
+                f"a cell of {len(field):,} characters, over the limit of "
+                f"{MAX_CELL_CHARACTERS:,} (128 KiB)",
+                source=source,
+                line=reader.line_num,
+                key=column,
+            )
     return fields
 
 
@@ -178,10 +194,13 @@ def _require(row: dict, columns: list[str], path, line) -> dict:
     for column in columns:
         if column not in row:
             available = ", ".join(map(str, row)) or "none"
-            raise UserError(f"missing column '{column}' (columns: {available})", source=path,
-                            line=line, key=column)
+            raise UserError(
+                f"missing column '{column}' (columns: {available})",
+                source=path,
+                line=line,
+                key=column,
+            )
         value = row[column]
         if value is None or (isinstance(value, str) and not value.strip()):
-            raise UserError(f"empty value in column '{column}'", source=path, line=line,
-                            key=column)
+            raise UserError(f"empty value in column '{column}'", source=path, line=line, key=column)
     return row

@@ -91,13 +91,17 @@ class DataFiles:
     """The `data:` section every task shares; tasks subclass it to add reader options."""
 
     train: str | None = dataclasses.field(
-        default=None, metadata={"path": True, "help": "training file"})
+        default=None, metadata={"path": True, "help": "training file"}
+    )
     validation: str | None = dataclasses.field(
-        default=None, metadata={"path": True, "help": "validation file, evaluated every epoch"})
+        default=None, metadata={"path": True, "help": "validation file, evaluated every epoch"}
+    )
     test: str | None = dataclasses.field(
-        default=None, metadata={"path": True, "help": "test file, evaluated once at the end"})
+        default=None, metadata={"path": True, "help": "test file, evaluated once at the end"}
+    )
     format: str = dataclasses.field(
-        default="auto", metadata={"help": "file format; 'auto' picks it from the file name"})
+        default="auto", metadata={"help": "file format; 'auto' picks it from the file name"}
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,8 +157,7 @@ class Features:
         every row of the data."""
         token_ids = self.columns["token_ids"]
         picked = range(len(self)) if rows is None else rows
-        return np.fromiter((len(token_ids[i]) for i in picked), dtype=np.int64,
-                           count=len(picked))
+        return np.fromiter((len(token_ids[i]) for i in picked), dtype=np.int64, count=len(picked))
 
     def is_sequence(self, name: str) -> bool:
         return isinstance(self.columns[name], list)
@@ -292,8 +295,11 @@ class Task:
         return None
 
     def format_metrics(self, metrics: dict) -> str:
-        return "\n".join(f"{key}: {value:.4f}" for key, value in metrics.items()
-                         if isinstance(value, (int, float)))
+        return "\n".join(
+            f"{key}: {value:.4f}"
+            for key, value in metrics.items()
+            if isinstance(value, (int, float))
+        )
 
     def parse_input(self, value):
         """One user input (a string, a pair, a dict) -> an example `decode` can answer."""

@@ -45,5 +45,7 @@ class LabelledTokenAccuracy(keras.metrics.Mean):
         counted = ops.greater_equal(y_true, 0)
         if sample_weight is not None:
             counted = ops.logical_and(counted, ops.greater(sample_weight, 0))
-        super().update_state(ops.cast(ops.equal(predicted, y_true), self.dtype),
-                             sample_weight=ops.cast(counted, self.dtype))
+        super().update_state(
+            ops.cast(ops.equal(predicted, y_true), self.dtype),
+            sample_weight=ops.cast(counted, self.dtype),
+        )

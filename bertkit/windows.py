@@ -82,8 +82,13 @@ def word_windows(offsets: np.ndarray, window_size: int, stride: int) -> list[tup
         [(0, 2), (1, 3), (3, 4)]
     """
     windows = sliding_windows(int(offsets[-1]), window_size, stride)
-    return [(int(np.searchsorted(offsets[:-1], start, "left")),
-             int(np.searchsorted(offsets[1:], end, "right"))) for start, end in windows]
+    return [
+        (
+            int(np.searchsorted(offsets[:-1], start, "left")),
+            int(np.searchsorted(offsets[1:], end, "right")),
+        )
+        for start, end in windows
+    ]
 
 
 # ---- TensorFlow mirrors of the rules above, for SavedModels (TensorFlow imported inside)
@@ -227,12 +232,20 @@ def _window_rows(pieces, offsets, is_window, first, end, cls_id: int, sep_id: in
 
     sentence = pieces.merge_dims(1, 2)  # (batch, (pieces))
     base = tf.cast(sentence.row_starts(), tf.int32)[:, None]
-    starts, ends = (tf.boolean_mask(base + tf.gather(offsets, words, batch_dims=1), is_window)
-                    for words in (first, end))
+    starts, ends = (
+        tf.boolean_mask(base + tf.gather(offsets, words, batch_dims=1), is_window)
+        for words in (first, end)
+    )
     rows = tf.gather(sentence.values, tf.ragged.range(starts, ends))  # (rows, (pieces))
     edge = tf.ones([rows.nrows(), 1], rows.dtype)
-    return tf.concat([tf.RaggedTensor.from_tensor(edge * cls_id), rows,
-                      tf.RaggedTensor.from_tensor(edge * sep_id)], axis=1)
+    return tf.concat(
+        [
+            tf.RaggedTensor.from_tensor(edge * cls_id),
+            rows,
+            tf.RaggedTensor.from_tensor(edge * sep_id),
+        ],
+        axis=1,
+    )
 
 
 def _read_at(offsets, count, first, owner, is_word, words_per_sequence):

@@ -20,9 +20,13 @@ def corpus_lengths(rows=1000, seed=0):
 
 def features_of(lengths):
     """Feature rows of the given lengths (token ids all 1)."""
-    return Features(columns={"token_ids": [np.ones(n, np.int32) for n in lengths],
-                             "segment_ids": [np.zeros(n, np.int32) for n in lengths]},
-                    example_index=np.arange(len(lengths)))
+    return Features(
+        columns={
+            "token_ids": [np.ones(n, np.int32) for n in lengths],
+            "segment_ids": [np.zeros(n, np.int32) for n in lengths],
+        },
+        example_index=np.arange(len(lengths)),
+    )
 
 
 @pytest.mark.parametrize("batch_size", [1, 7, 32])
@@ -84,21 +88,33 @@ def test_training_batches_length_matches_every_epoch_plan():
 
 def test_pad_lengths_change_the_padding_not_the_rows_of_a_batch():
     lengths = corpus_lengths(rows=333)
-    features = Features(columns={"token_ids": [np.ones(n, np.int32) for n in lengths]},
-                        example_index=np.arange(len(lengths)))
+    features = Features(
+        columns={"token_ids": [np.ones(n, np.int32) for n in lengths]},
+        example_index=np.arange(len(lengths)),
+    )
 
     class Passthrough:
         def make_batch(self, batch, training, rng):
             return batch, np.zeros(len(batch["row_index"])), None
 
     def steps(order, micro_batches, pad_lengths=None):
-        return [step[0] for step in BatchPlan(
-            32, BUCKETS, seed=0, order=order, micro_batches=micro_batches,
-            pad_lengths=pad_lengths).training_batches(Passthrough(), features)]
+        return [
+            step[0]
+            for step in BatchPlan(
+                32,
+                BUCKETS,
+                seed=0,
+                order=order,
+                micro_batches=micro_batches,
+                pad_lengths=pad_lengths,
+            ).training_batches(Passthrough(), features)
+        ]
 
     def batches_rows(plan, parts):  # the rows of each batch, whatever its parts
-        return [sorted(np.concatenate([b["row_index"] for b in plan[i:i + parts]]).tolist())
-                for i in range(0, len(plan), parts)]
+        return [
+            sorted(np.concatenate([b["row_index"] for b in plan[i : i + parts]]).tolist())
+            for i in range(0, len(plan), parts)
+        ]
 
     fine = padding_lengths(BUCKETS, compiles_each_shape=False)
     for order, parts in (("length_buckets", 1), ("random", 4)):

@@ -28,28 +28,58 @@ HUGGING_FACE_PIECES = [
     ("‐hyphen\u2011nb", ["‐", "h", "##yp", "##hen", "\u2011", "n", "##b"]),
     ("I \u2764\ufe0f NY 😀🎉", ["i", "[UNK]", "ny", "[UNK]"]),
     ("#hashtag @handle", ["#", "hash", "##tag", "@", "handle"]),
-    ("https://example.com/a?b=c&d=e#f", ["https", ":", "/", "/", "example", ".", "com", "/",
-                                         "a", "?", "b", "=", "c", "&", "d", "=", "e", "#", "f"]),
+    (
+        "https://example.com/a?b=c&d=e#f",
+        [
+            "https",
+            ":",
+            "/",
+            "/",
+            "example",
+            ".",
+            "com",
+            "/",
+            "a",
+            "?",
+            "b",
+            "=",
+            "c",
+            "&",
+            "d",
+            "=",
+            "e",
+            "#",
+            "f",
+        ],
+    ),
     ("café naïve", ["cafe", "naive"]),
     ("Ångström", ["ang", "##strom"]),
     ("北京大学 東京", ["北", "京", "大", "学", "東", "京"]),
     ("Привет мир", ["п", "##р", "##и", "##в", "##е", "##т", "м", "##и", "##р"]),
-    ("مرحبا بالعالم", ["م", "##ر", "##ح", "##ب", "##ا", "ب", "##ا", "##ل", "##ع", "##ا", "##ل",
-                       "##م"]),
-    ("안녕하세요", ["ᄋ", "##ᅡ", "##ᆫ", "##ᄂ", "##ᅧ", "##ᆼ", "##ᄒ", "##ᅡ", "##ᄉ", "##ᅦ", "##ᄋ",
-                    "##ᅭ"]),
+    (
+        "مرحبا بالعالم",
+        ["م", "##ر", "##ح", "##ب", "##ا", "ب", "##ا", "##ل", "##ع", "##ا", "##ل", "##م"],
+    ),
+    (
+        "안녕하세요",
+        ["ᄋ", "##ᅡ", "##ᆫ", "##ᄂ", "##ᅧ", "##ᆼ", "##ᄒ", "##ᅡ", "##ᄉ", "##ᅦ", "##ᄋ", "##ᅭ"],
+    ),
     ("zero\u200bwidth", ["zero", "##wi", "##dt", "##h"]),
     ("soft\u00adhyphen", ["soft", "##hy", "##ph", "##en"]),
     ("non\u00a0breaking", ["non", "breaking"]),
-    ("con\x07trol\x00nul\ufffdrep\tab\nnl\rcr", ["control", "##nu", "##lr", "##ep", "ab", "nl",
-                                                 "cr"]),
+    (
+        "con\x07trol\x00nul\ufffdrep\tab\nnl\rcr",
+        ["control", "##nu", "##lr", "##ep", "ab", "nl", "cr"],
+    ),
     ("e\u0301", ["e"]),
     ("He paid 5½ dollars.", ["he", "paid", "5", "##½", "dollars", "."]),
     ("ΟΔΟΣ ΣΑΣ", ["ο", "##δ", "##ο", "##σ", "σ", "##α", "##σ"]),  # no final-sigma rule
     ("İstanbul", ["istanbul"]),
     ("ﬀ ﬃ ǈ Ⅻ ㎏ ㈱", ["[UNK]"] * 6),
-    ("line\u2028sep\u2029par\x85nel tab\x0bvt\x0cff", ["line", "sep", "par", "##nel", "tab",
-                                                      "##v", "##tf", "##f"]),
+    (
+        "line\u2028sep\u2029par\x85nel tab\x0bvt\x0cff",
+        ["line", "sep", "par", "##nel", "tab", "##v", "##tf", "##f"],
+    ),
     ("\u3000ideo\u3000space \ufeffbom", ["id", "##eo", "space", "bo", "##m"]),
 ]
 
@@ -64,16 +94,23 @@ def minilm():
 def test_pieces_are_hugging_faces(minilm):
     texts = [text for text, _ in HUGGING_FACE_PIECES]
     ids = minilm.tokenize(tf.constant(texts)).to_list()
-    assert [(text, [minilm.vocabulary[i] for i in row]) for text, row in zip(
-        texts, ids, strict=True)] == HUGGING_FACE_PIECES
+    assert [
+        (text, [minilm.vocabulary[i] for i in row]) for text, row in zip(texts, ids, strict=True)
+    ] == HUGGING_FACE_PIECES
 
 
-@pytest.mark.parametrize("text, words", [
-    ("He paid 5½ dollars.", ["He", "paid", "5½", "dollars", "."]),
-    ("Ångström's ﬁnance™ x²", ["Ångström", "'", "s", "ﬁnance™", "x²"]),
-    ("안녕 zero\u200bwidth e\u0301t\u00e9 İz", ["안녕", "zero\u200bwidth", "e\u0301t\u00e9", "İz"]),
-    ("\x07con\x00trol\ufffd \u00a0Ｆｕｌｌ ﬀ", ["con\x00trol", "Ｆｕｌｌ", "ﬀ"]),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("He paid 5½ dollars.", ["He", "paid", "5½", "dollars", "."]),
+        ("Ångström's ﬁnance™ x²", ["Ångström", "'", "s", "ﬁnance™", "x²"]),
+        (
+            "안녕 zero\u200bwidth e\u0301t\u00e9 İz",
+            ["안녕", "zero\u200bwidth", "e\u0301t\u00e9", "İz"],
+        ),
+        ("\x07con\x00trol\ufffd \u00a0Ｆｕｌｌ ﬀ", ["con\x00trol", "Ｆｕｌｌ", "ﬀ"]),
+    ],
+)
 def test_word_offsets_cut_the_original_text(minilm, text, words):
     _, byte_starts, byte_ends = minilm.words_with_offsets(tf.constant([text]))
     starts, ends = character_offsets(text, byte_starts.to_list()[0], byte_ends.to_list()[0])
@@ -84,14 +121,22 @@ def test_pieces_of_an_expanded_character_span_all_of_it(minilm):
     text = "x 안녕"  # each Hangul syllable is 2 or 3 letters (pieces), 3 bytes
     ids, starts, ends = minilm.tokenize_with_offsets(tf.constant([text]))
     assert [minilm.vocabulary[i] for i in ids.to_list()[0]] == [
-        "x", "ᄋ", "##ᅡ", "##ᆫ", "##ᄂ", "##ᅧ", "##ᆼ"]
+        "x",
+        "ᄋ",
+        "##ᅡ",
+        "##ᆫ",
+        "##ᄂ",
+        "##ᅧ",
+        "##ᆼ",
+    ]
     assert starts.to_list()[0] == [0, 2, 2, 2, 5, 5, 5]
     assert ends.to_list()[0] == [1, 5, 5, 5, 8, 8, 8]
 
 
 def test_cased_keeps_accents_and_case_but_drops_control_characters():
-    tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "Café", "ﬁ", "x"],
-                                   lowercase=False)
+    tokenizer = WordPieceTokenizer(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "Café", "ﬁ", "x"], lowercase=False
+    )
     ids, starts, ends = tokenizer.tokenize_with_offsets(tf.constant(["Ca\u200bfé\x07 ﬁ\u00a0x"]))
     assert ids.to_list() == [[4, 5, 6]]
     assert starts.to_list() == [[0, 10, 15]] and ends.to_list() == [[8, 13, 16]]
@@ -116,8 +161,10 @@ def test_graph_dataset_and_saved_model_agree_with_eager(tmp_path, minilm):
     assert [t.to_list() for t in next(iter(dataset))] == expected
     module = tf.Module()
     module.normalizer, module.pieces = minilm.normalizer, minilm.fast_tokenizer
-    module.serve = tf.function(lambda t: [r.to_tensor(-1) for r in minilm.tokenize_with_offsets(
-        t)], input_signature=[tf.TensorSpec([None], tf.string)])
+    module.serve = tf.function(
+        lambda t: [r.to_tensor(-1) for r in minilm.tokenize_with_offsets(t)],
+        input_signature=[tf.TensorSpec([None], tf.string)],
+    )
     tf.saved_model.save(module, str(tmp_path))
     served = tf.saved_model.load(str(tmp_path)).serve(texts)
     for got, want in zip(served, expected, strict=True):

@@ -16,16 +16,27 @@ from bertkit.testing import (
     write_tiny_checkpoint,
 )
 
-TEXTS = ["The film was great.", "A dull and boring meal.", "Really lovely cast, funny story.",
-         "Weak plot, grim ending."]
+TEXTS = [
+    "The film was great.",
+    "A dull and boring meal.",
+    "Really lovely cast, funny story.",
+    "Weak plot, grim ending.",
+]
 
 
 def recipe(tmp_path, **data):
-    return {"schema": 1, "task": "classification",
-            "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 48},
-            "data": {"train": str(tmp_path / "train.tsv"), "validation": str(tmp_path / "dev.tsv"),
-                     "text": "sentence", **data},
-            "training": {"epochs": 4, "batch_size": 16, "learning_rate": 3e-3}}
+    return {
+        "schema": 1,
+        "task": "classification",
+        "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 48},
+        "data": {
+            "train": str(tmp_path / "train.tsv"),
+            "validation": str(tmp_path / "dev.tsv"),
+            "text": "sentence",
+            **data,
+        },
+        "training": {"epochs": 4, "batch_size": 16, "learning_rate": 3e-3},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +51,14 @@ def run(tmp_path_factory):
 
 def test_passes_the_contract_test(tmp_path):
     train = write_sentiment_tsv(tmp_path / "train.tsv", 48)
-    run_task_contract_test("classification", train, data={"text": "sentence"},
-                           directory=tmp_path, inputs=TEXTS[:2], bad_input={"label": 1})
+    run_task_contract_test(
+        "classification",
+        train,
+        data={"text": "sentence"},
+        directory=tmp_path,
+        inputs=TEXTS[:2],
+        bad_input={"label": 1},
+    )
 
 
 def test_learns_and_writes_the_run_directory(run):
@@ -53,8 +70,16 @@ def test_learns_and_writes_the_run_directory(run):
     assert final["accuracy"] >= 0.8 and set(final) == {"accuracy", "macro_f1", "mcc"}
     best = max(e["val_accuracy"] for e in metrics["epochs"])
     assert final["accuracy"] == pytest.approx(best)  # the best epoch's weights were kept
-    for name in ("recipe.yaml", "report.md", "learning_curve.png", "run.json", "logs",
-                 "saved_model/saved_model.pb", "model/model.weights.h5", "model/vocab.txt"):
+    for name in (
+        "recipe.yaml",
+        "report.md",
+        "learning_curve.png",
+        "run.json",
+        "logs",
+        "saved_model/saved_model.pb",
+        "model/model.weights.h5",
+        "model/vocab.txt",
+    ):
         assert (tmp_path / "run" / name).exists(), name
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"
 
@@ -70,13 +95,11 @@ def test_the_kept_model_file_has_no_optimizer_state(run):
 
 def test_tensorboard_logs_the_recorded_steps(run):
     tmp_path, _ = run
-    from tensorboard.backend.event_processing.event_accumulator import (
-        TENSORS,
-        EventAccumulator,
-    )
+    from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 
-    logs = EventAccumulator(str(tmp_path / "run" / "logs" / "train"),
-                            size_guidance={TENSORS: 0}).Reload()  # 0: every event, no sample
+    logs = EventAccumulator(
+        str(tmp_path / "run" / "logs" / "train"), size_guidance={TENSORS: 0}
+    ).Reload()  # 0: every event, no sample
     records = json.loads((tmp_path / "run" / "steps.json").read_text())["steps"]
     steps = [event.step for event in logs.Tensors("batch_loss")]
     assert steps and steps == [record["step"] for record in records]
@@ -98,49 +121,77 @@ def test_saved_model_in_a_fresh_process_matches_predict(run):
     served = serve_in_fresh_process(tmp_path / "run" / "saved_model", {"text": TEXTS})
     expected = trained.predict(TEXTS)
     assert served["label"] == [p["label"] for p in expected]
-    np.testing.assert_allclose(served["probabilities"],
-                               [list(p["probabilities"].values()) for p in expected], atol=1e-5)
+    np.testing.assert_allclose(
+        served["probabilities"], [list(p["probabilities"].values()) for p in expected], atol=1e-5
+    )
     assert served["label_names"][0] == ["negative", "positive"]
 
 
 def test_cli_predict_evaluate_and_no_overwrite(run):
     tmp_path, _ = run
     cli = [sys.executable, "-m", "bertkit.cli"]
-    predicted = subprocess.run(cli + ["predict", str(tmp_path / "run")], input="\n".join(TEXTS),
-                               capture_output=True, text=True, check=True)
+    predicted = subprocess.run(
+        cli + ["predict", str(tmp_path / "run")],
+        input="\n".join(TEXTS),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert [json.loads(line)["label"] for line in predicted.stdout.splitlines()] == [
-        "positive", "negative", "positive", "negative"]
-    evaluated = subprocess.run(cli + ["evaluate", str(tmp_path / "run")], capture_output=True,
-                               text=True, check=True)
+        "positive",
+        "negative",
+        "positive",
+        "negative",
+    ]
+    evaluated = subprocess.run(
+        cli + ["evaluate", str(tmp_path / "run")], capture_output=True, text=True, check=True
+    )
     assert evaluated.stdout.startswith("accuracy: ")
     saved = json.loads((tmp_path / "run" / "evaluation" / "metrics.json").read_text())
     printed = evaluated.stdout.split()[1]
     assert f"{saved['metrics']['accuracy']:.4f}" == printed
-    exported = subprocess.run(cli + ["export", str(tmp_path / "run"), "--out",
-                                     str(tmp_path / "exported")], capture_output=True, text=True)
+    exported = subprocess.run(
+        cli + ["export", str(tmp_path / "run"), "--out", str(tmp_path / "exported")],
+        capture_output=True,
+        text=True,
+    )
     assert exported.returncode == 0, exported.stderr
     assert serve_in_fresh_process(tmp_path / "exported", {"text": TEXTS[:1]})["label"] == [
-        "positive"]
-    again = subprocess.run(cli + ["export", str(tmp_path / "run"), "--out",
-                                  str(tmp_path / "exported")], capture_output=True, text=True)
+        "positive"
+    ]
+    again = subprocess.run(
+        cli + ["export", str(tmp_path / "run"), "--out", str(tmp_path / "exported")],
+        capture_output=True,
+        text=True,
+    )
     assert again.returncode == 2 and "export folder exists and is not empty" in again.stderr
-    (tmp_path / "r.yaml").write_text(json.dumps({**recipe(tmp_path),
-                                                 "output_dir": str(tmp_path / "run")}))
+    (tmp_path / "r.yaml").write_text(
+        json.dumps({**recipe(tmp_path), "output_dir": str(tmp_path / "run")})
+    )
     before = (tmp_path / "run" / "model" / "model.weights.h5").read_bytes()
-    refused = subprocess.run(cli + ["finetune", str(tmp_path / "r.yaml")], capture_output=True,
-                             text=True)
+    refused = subprocess.run(
+        cli + ["finetune", str(tmp_path / "r.yaml")], capture_output=True, text=True
+    )
     assert refused.returncode == 2
-    assert refused.stderr.strip().endswith("holds a finished run; pass --overwrite "
-                                           "(overwrite=True) to replace it, or choose another "
-                                           "output folder")
+    assert refused.stderr.strip().endswith(
+        "holds a finished run; pass --overwrite "
+        "(overwrite=True) to replace it, or choose another "
+        "output folder"
+    )
     assert len(refused.stderr.strip().splitlines()) == 1
     assert (tmp_path / "run" / "model" / "model.weights.h5").read_bytes() == before
 
 
 def test_sentence_pairs_from_jsonl_with_listed_labels(tmp_path):
     write_tiny_checkpoint(tmp_path / "ckpt")
-    rows = [{"premise": f"the film was {w}", "hypothesis": f"it is {w}",
-             "label": "yes" if i % 2 else "no"} for i, w in enumerate(["good", "bad"] * 12)]
+    rows = [
+        {
+            "premise": f"the film was {w}",
+            "hypothesis": f"it is {w}",
+            "label": "yes" if i % 2 else "no",
+        }
+        for i, w in enumerate(["good", "bad"] * 12)
+    ]
     for name in ("train.jsonl", "dev.jsonl"):
         (tmp_path / name).write_text("\n".join(json.dumps(r) for r in rows))
     spec = recipe(tmp_path, text="premise", text_pair="hypothesis")
@@ -151,9 +202,10 @@ def test_sentence_pairs_from_jsonl_with_listed_labels(tmp_path):
     pairs = [("the film was good", "it is good"), ("a meal", "it is bad")]
     expected = model.predict(pairs)
     assert list(expected[0]["probabilities"]) == ["yes", "no", "maybe"]
-    served = serve_in_fresh_process(tmp_path / "run" / "saved_model",
-                                    {"text": [p[0] for p in pairs],
-                                     "text_pair": [p[1] for p in pairs]})
+    served = serve_in_fresh_process(
+        tmp_path / "run" / "saved_model",
+        {"text": [p[0] for p in pairs], "text_pair": [p[1] for p in pairs]},
+    )
     assert served["label"] == [p["label"] for p in expected]
     np.testing.assert_allclose(served["score"], [p["score"] for p in expected], atol=1e-5)
 
@@ -163,19 +215,29 @@ def test_data_errors_name_file_and_line(tmp_path):
     (tmp_path / "dev.tsv").write_text("sentence\tlabel\n")
     (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood film\tpositive\nbad\n")
     spec = recipe(tmp_path)
-    with pytest.raises(UserError, match=r"train.tsv:3: expected 2 fields \(sentence, label\), "
-                                        r"found 1"):
+    with pytest.raises(
+        UserError,
+        match=r"train.tsv:3: expected 2 fields \(sentence, label\), "
+        r"found 1",
+    ):
         bertkit.finetune(spec, output_dir=tmp_path / "run", verbose=0)
     assert not (tmp_path / "run").exists()  # no half-made run directory is left behind
     (tmp_path / "train.tsv").write_text("text\tlabel\ngood film\tpositive\n")
-    with pytest.raises(UserError, match=r"train.tsv:2: sentence: missing column 'sentence' "
-                                        r"\(columns: text, label\)"):
+    with pytest.raises(
+        UserError,
+        match=r"train.tsv:2: sentence: missing column 'sentence' "
+        r"\(columns: text, label\)",
+    ):
         bertkit.finetune(spec, output_dir=tmp_path / "run2", verbose=0)
-    (tmp_path / "train.tsv").write_text("sentence\tlabel\ngood film\tpositive\n"
-                                        "bad film\tnegative\n")
+    (tmp_path / "train.tsv").write_text(
+        "sentence\tlabel\ngood film\tpositive\nbad film\tnegative\n"
+    )
     (tmp_path / "dev.tsv").write_text("sentence\tlabel\ngood film\tpositive\nok\tmeh\n")
-    with pytest.raises(UserError, match=r"dev.tsv:3: label: unknown label 'meh'; the model "
-                                        r"knows: negative, positive"):
+    with pytest.raises(
+        UserError,
+        match=r"dev.tsv:3: label: unknown label 'meh'; the model "
+        r"knows: negative, positive",
+    ):
         bertkit.finetune(spec, output_dir=tmp_path / "run3", verbose=0)
 
 
@@ -184,4 +246,6 @@ def test_csv_files_with_quoted_commas(tmp_path):
 
     (tmp_path / "d.csv").write_text('text,label\n"good, warm film",pos\nbad,neg\n')
     assert list(read_rows(tmp_path / "d.csv", "csv", ["text", "label"])) == [
-        (2, {"text": "good, warm film", "label": "pos"}), (3, {"text": "bad", "label": "neg"})]
+        (2, {"text": "good, warm film", "label": "pos"}),
+        (3, {"text": "bad", "label": "neg"}),
+    ]

@@ -8,23 +8,34 @@ import pytest
 
 
 def bertkit(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "bertkit.cli", *args], capture_output=True,
-                          text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "bertkit.cli", *args], capture_output=True, text=True, cwd=cwd
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["finetune", "missing.yaml"], "bertkit: error: missing.yaml: file not found"),
-    (["check", "r.yaml", "--set", "training.epochs"],
-     "bertkit: error: --set: expected KEY=VALUE, got 'training.epochs'"),
-    (["check", "r.yaml", "--set", "training.batch_size=-1"],
-     "bertkit: error: --set: training.batch_size: must be at least 1, got -1"),
-    (["check", "r.yaml", "--set", "task=tagginng"],
-     "bertkit: error: --set: task: unknown task 'tagginng'; did you mean 'tagging'?"),
-    (["evaluate", "nowhere"], "bertkit: error: nowhere: run directory not found"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["finetune", "missing.yaml"], "bertkit: error: missing.yaml: file not found"),
+        (
+            ["check", "r.yaml", "--set", "training.epochs"],
+            "bertkit: error: --set: expected KEY=VALUE, got 'training.epochs'",
+        ),
+        (
+            ["check", "r.yaml", "--set", "training.batch_size=-1"],
+            "bertkit: error: --set: training.batch_size: must be at least 1, got -1",
+        ),
+        (
+            ["check", "r.yaml", "--set", "task=tagginng"],
+            "bertkit: error: --set: task: unknown task 'tagginng'; did you mean 'tagging'?",
+        ),
+        (["evaluate", "nowhere"], "bertkit: error: nowhere: run directory not found"),
+    ],
+)
 def test_user_errors_exit_2_with_one_line(tmp_path, args, message):
-    (tmp_path / "r.yaml").write_text("schema: 1\ntask: classification\nbackbone: {preset: x}\n"
-                                     "data: {train: t.tsv}\n")
+    (tmp_path / "r.yaml").write_text(
+        "schema: 1\ntask: classification\nbackbone: {preset: x}\ndata: {train: t.tsv}\n"
+    )
     result = bertkit(*args, cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.startswith(message) and result.stderr.count("\n") == 1
@@ -32,8 +43,17 @@ def test_user_errors_exit_2_with_one_line(tmp_path, args, message):
 
 
 def test_help_on_every_command():
-    for command in ("finetune", "featurize", "check", "schema", "tasks", "evaluate", "predict",
-                    "export", "tune"):
+    for command in (
+        "finetune",
+        "featurize",
+        "check",
+        "schema",
+        "tasks",
+        "evaluate",
+        "predict",
+        "export",
+        "tune",
+    ):
         result = bertkit(command, "--help")
         assert result.returncode == 0 and "usage: bertkit " + command in result.stdout
 
@@ -52,14 +72,26 @@ def fake_run(folder, task):
     return folder / "run"
 
 
-@pytest.mark.parametrize("task, args, message", [
-    ("tagging", ["RUN", "--top-k", "3"],
-     "unknown option --top-k for a tagging model; its task's predict options: none"),
-    ("classification", ["--frob", "1", "RUN"],  # a task's flag may come before RUN_DIR
-     "unknown option --frob for a classification model; its task's predict options: --top-k K"),
-    ("classification", ["RUN", "--top-k", "0"],
-     "argument --top-k: expected a whole number of at least 1, got '0'"),
-])
+@pytest.mark.parametrize(
+    "task, args, message",
+    [
+        (
+            "tagging",
+            ["RUN", "--top-k", "3"],
+            "unknown option --top-k for a tagging model; its task's predict options: none",
+        ),
+        (
+            "classification",
+            ["--frob", "1", "RUN"],  # a task's flag may come before RUN_DIR
+            "unknown option --frob for a classification model; its task's predict options: --top-k K",
+        ),
+        (
+            "classification",
+            ["RUN", "--top-k", "0"],
+            "argument --top-k: expected a whole number of at least 1, got '0'",
+        ),
+    ],
+)
 def test_predict_options_come_from_the_runs_task(tmp_path, task, args, message):
     run = str(fake_run(tmp_path, task))
     result = bertkit("predict", *[run if arg == "RUN" else arg for arg in args])

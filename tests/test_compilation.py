@@ -40,18 +40,29 @@ def test_a_second_identical_run_compiles_nothing(tmp_path):
     write_tiny_checkpoint(tmp_path / "ckpt", num_layers=1, hidden_size=16, intermediate_size=32)
     write_sentiment_tsv(tmp_path / "train.tsv", 48, seed=0)
     write_sentiment_tsv(tmp_path / "dev.tsv", 16, seed=1)
-    (tmp_path / "r.yaml").write_text(yaml.safe_dump({
-        "schema": 1, "task": "classification",
-        "backbone": {"preset": "./ckpt", "sequence_length": 32},
-        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
-        "training": {"epochs": 1, "batch_size": 16}, "output_dir": "run"}))
+    (tmp_path / "r.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "schema": 1,
+                "task": "classification",
+                "backbone": {"preset": "./ckpt", "sequence_length": 32},
+                "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+                "training": {"epochs": 1, "batch_size": 16},
+                "output_dir": "run",
+            }
+        )
+    )
     featurize(tmp_path / "r.yaml", tmp_path / "features.npz")
-    env = {**os.environ, "KERAS_BACKEND": "jax",
-           "BERTKIT_COMPILATION_CACHE": str(tmp_path / "xla")}
+    env = {**os.environ, "KERAS_BACKEND": "jax", "BERTKIT_COMPILATION_CACHE": str(tmp_path / "xla")}
     records = []
     for run in ("first", "second"):
-        result = subprocess.run([sys.executable, "-c", TRAIN_ON_JAX, run], cwd=tmp_path,
-                                env=env, capture_output=True, text=True)
+        result = subprocess.run(
+            [sys.executable, "-c", TRAIN_ON_JAX, run],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         records.append(json.loads((tmp_path / run / "run.json").read_text())["compilation"])
         assert "programs" in result.stdout.splitlines()[-1]
@@ -80,8 +91,10 @@ def test_the_cache_folder_setting(monkeypatch, tmp_path):
     assert cache_folder(str(tmp_path / "mine")) == tmp_path / "mine"  # the recipe's wins
 
 
-@pytest.mark.parametrize("order, packing, micro_batches", [
-    ("length_buckets", False, 1), ("random", False, 2), ("random", True, 1)])
+@pytest.mark.parametrize(
+    "order, packing, micro_batches",
+    [("length_buckets", False, 1), ("random", False, 2), ("random", True, 1)],
+)
 def test_the_shapes_found_ahead_are_every_shape_the_epochs_make(order, packing, micro_batches):
     from bertkit.batching.packing import packed_row_counts
     from bertkit.batching.plan import BatchPlan
@@ -90,24 +103,34 @@ def test_the_shapes_found_ahead_are_every_shape_the_epochs_make(order, packing, 
     from bertkit.training.precompile import step_shapes
 
     lengths = np.random.default_rng(0).integers(3, 120, 301)
-    features = Features(columns={"token_ids": [np.ones(n, np.int32) for n in lengths]},
-                        example_index=np.arange(len(lengths)))
+    features = Features(
+        columns={"token_ids": [np.ones(n, np.int32) for n in lengths]},
+        example_index=np.arange(len(lengths)),
+    )
 
     class Passthrough:
         def make_batch(self, batch, training, rng):
             return {"token_ids": batch["token_ids"]}, np.zeros(len(batch["row_index"])), None
 
     buckets = (16, 32, 64, 128)
-    plan = BatchPlan(32, buckets, padding_lengths(buckets, True), order=order,
-                     micro_batches=micro_batches, packing=packing,
-                     packed_row_counts=packed_row_counts(32) if packing else None)
+    plan = BatchPlan(
+        32,
+        buckets,
+        padding_lengths(buckets, True),
+        order=order,
+        micro_batches=micro_batches,
+        packing=packing,
+        packed_row_counts=packed_row_counts(32) if packing else None,
+    )
     batches = plan.training_batches(Passthrough(), features)
     made = set()
     for epoch in range(3):
         batches.set_epoch(epoch)
         made |= {(batch[0]["token_ids"].shape, len(batch[1])) for batch in batches}
     found = step_shapes(batches, range(3))
-    representatives = {(batches.batch(step, epoch)[0]["token_ids"].shape,
-                        len(batches.batch(step, epoch)[1])) for epoch, step in found.values()}
+    representatives = {
+        (batches.batch(step, epoch)[0]["token_ids"].shape, len(batches.batch(step, epoch)[1]))
+        for epoch, step in found.values()
+    }
     assert representatives == made and len(found) == len(made)
     assert step_shapes(batches, range(1)).keys() <= found.keys()

@@ -52,8 +52,11 @@ def test_hand_checked_transitions():
 
 def best_well_formed(probabilities, labels, scheme):
     """The brute-force answer: the well-formed sequence with the highest probability."""
-    candidates = [ids for ids in itertools.product(range(len(labels)), repeat=len(probabilities))
-                  if well_formed(labels, ids, scheme)]
+    candidates = [
+        ids
+        for ids in itertools.product(range(len(labels)), repeat=len(probabilities))
+        if well_formed(labels, ids, scheme)
+    ]
     return max(candidates, key=lambda ids: log_score(probabilities, ids))
 
 
@@ -72,8 +75,9 @@ def test_viterbi_finds_the_most_probable_well_formed_sequence(scheme, labels):
         assert len(ids) == len(probabilities)
         assert well_formed(labels, ids, scheme)
         best = best_well_formed(probabilities, labels, scheme)
-        assert log_score(probabilities, ids) == pytest.approx(log_score(probabilities, best),
-                                                              abs=1e-4)
+        assert log_score(probabilities, ids) == pytest.approx(
+            log_score(probabilities, best), abs=1e-4
+        )
         ill_formed_argmax += not well_formed(labels, probabilities.argmax(axis=1), scheme)
     assert ill_formed_argmax >= 10  # the cases where constraining changes something
 
@@ -111,7 +115,9 @@ def test_random_label_orders_give_the_same_tags():
     expected = choose_tags(ragged(sentences, len(BIOES)), allowed_transitions(BIOES, "bioes"))
     random.Random(2).shuffle(order)
     shuffled = [BIOES[i] for i in order]
-    got = choose_tags(ragged([s[:, order] for s in sentences], len(BIOES)),
-                      allowed_transitions(shuffled, "bioes"))
-    assert [[shuffled[i] for i in row] for row in got.to_list()] == \
-        [[BIOES[i] for i in row] for row in expected.to_list()]
+    got = choose_tags(
+        ragged([s[:, order] for s in sentences], len(BIOES)), allowed_transitions(shuffled, "bioes")
+    )
+    assert [[shuffled[i] for i in row] for row in got.to_list()] == [
+        [BIOES[i] for i in row] for row in expected.to_list()
+    ]

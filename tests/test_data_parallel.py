@@ -65,8 +65,12 @@ BASE = {"epochs": 2, "batch_size": 8, "learning_rate": 1e-3, "seed": 3}
 RUNS = {
     "one_device": {"distribution": "one_device"},
     "two_devices": {"distribution": "auto"},  # auto: both devices
-    "micro_batches": {"distribution": "data_parallel", "batch_order": "random",
-                      "micro_batches": 2, "gradient_accumulation_steps": 2},
+    "micro_batches": {
+        "distribution": "data_parallel",
+        "batch_order": "random",
+        "micro_batches": 2,
+        "gradient_accumulation_steps": 2,
+    },
     "odd_batch": {"distribution": "data_parallel", "batch_size": 7},
 }
 
@@ -78,16 +82,30 @@ def report(tmp_path_factory):
     write_sentiment_tsv(folder / "train.tsv", 48, seed=0)  # batches of 8: all full
     write_sentiment_tsv(folder / "dev.tsv", 15, seed=1)  # odd: one filler row in inference
     for name, training in RUNS.items():
-        (folder / f"{name}.yaml").write_text(yaml.safe_dump({
-            "schema": 1, "task": "classification",
-            "backbone": {"preset": "./ckpt", "sequence_length": 32},
-            "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
-            "training": {**BASE, **training}, "output_dir": name}))
-    env = {**os.environ, "KERAS_BACKEND": "jax",
-           "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")
-                        + " --xla_force_host_platform_device_count=2"}
-    result = subprocess.run([sys.executable, "-c", TWO_DEVICES, *RUNS], cwd=folder, env=env,
-                            capture_output=True, text=True)
+        (folder / f"{name}.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "schema": 1,
+                    "task": "classification",
+                    "backbone": {"preset": "./ckpt", "sequence_length": 32},
+                    "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+                    "training": {**BASE, **training},
+                    "output_dir": name,
+                }
+            )
+        )
+    env = {
+        **os.environ,
+        "KERAS_BACKEND": "jax",
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", TWO_DEVICES, *RUNS],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -98,12 +116,15 @@ def test_two_devices_end_as_one_device(report):
     # one); only the order of float32 sums differs (each device sums half the batch,
     # then the halves are added): ~1e-7 relative per step, compounding over 12 steps.
     for a, b in zip(one["epochs"], two["epochs"], strict=True):
-        print(f"epoch {a['epoch']}: loss {a['loss']!r} (1 device) vs {b['loss']!r} (2 devices), "
-              f"val_macro_f1 {a['val_macro_f1']!r} vs {b['val_macro_f1']!r}")
+        print(
+            f"epoch {a['epoch']}: loss {a['loss']!r} (1 device) vs {b['loss']!r} (2 devices), "
+            f"val_macro_f1 {a['val_macro_f1']!r} vs {b['val_macro_f1']!r}"
+        )
         np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4)
     assert two["final"]["validation"]["accuracy"] == one["final"]["validation"]["accuracy"]
-    np.testing.assert_allclose(two["final"]["validation"]["macro_f1"],
-                               one["final"]["validation"]["macro_f1"], atol=1e-6)
+    np.testing.assert_allclose(
+        two["final"]["validation"]["macro_f1"], one["final"]["validation"]["macro_f1"], atol=1e-6
+    )
 
 
 def test_each_device_gets_half_of_every_batch(report):
@@ -121,15 +142,18 @@ def test_micro_batches_and_accumulation_train_on_two_devices(report):
 def test_a_batch_size_that_does_not_split_names_the_key(report):
     assert report["odd_batch"]["error"] == (
         "odd_batch.yaml: training.batch_size: 7 rows do not split evenly over 2 devices; "
-        "use a multiple of 2")
+        "use a multiple of 2"
+    )
 
 
 def test_compiled_training_programs_stay_within_the_buckets(report):
     # bucket_lengths(32) is (16, 32): one training program per bucket length in use,
     # and full batches throughout, so at most two.
     for name in ("one_device", "two_devices"):
-        print(f"{name}: {report[name]['train_programs']} training programs, "
-              f"{report[name]['predict_programs']} inference programs compiled")
+        print(
+            f"{name}: {report[name]['train_programs']} training programs, "
+            f"{report[name]['predict_programs']} inference programs compiled"
+        )
         assert 1 <= report[name]["train_programs"] <= 2, report[name]
 
 
@@ -140,10 +164,13 @@ class _Task:
 
 def test_filler_rows_weigh_nothing_and_the_batch_mean_is_kept():
     lengths = [3, 5, 4, 6, 2]
-    features = Features({"token_ids": [np.ones(n, np.int32) for n in lengths],
-                         "labels": np.arange(5)}, example_index=np.arange(5))
-    batches = BatchPlan(batch_size=5, buckets=(8,), seed=0,
-                        row_multiple=2).training_batches(_Task(), features)
+    features = Features(
+        {"token_ids": [np.ones(n, np.int32) for n in lengths], "labels": np.arange(5)},
+        example_index=np.arange(5),
+    )
+    batches = BatchPlan(batch_size=5, buckets=(8,), seed=0, row_multiple=2).training_batches(
+        _Task(), features
+    )
     inputs, labels, weights = batches.batch(0)
     assert len(labels) == 6 and weights[5] == 0.0  # 5 rows + 1 filler
     # Keras's mean over 6 weighted rows equals the plain mean over the 5 real ones.
@@ -181,21 +208,37 @@ def test_tensorflow_mirrored_over_two_logical_cpus_ends_as_one_device(tmp_path):
     write_sentiment_tsv(tmp_path / "train.tsv", 48, seed=0)
     write_sentiment_tsv(tmp_path / "dev.tsv", 15, seed=1)
     for name, distribution in (("one_device", "one_device"), ("two_devices", "auto")):
-        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({
-            "schema": 1, "task": {"name": "classification", "dropout": 0.0},
-            "backbone": {"preset": "./ckpt", "sequence_length": 32},
-            "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
-            "training": {**BASE, "distribution": distribution}, "output_dir": name}))
+        (tmp_path / f"{name}.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "schema": 1,
+                    "task": {"name": "classification", "dropout": 0.0},
+                    "backbone": {"preset": "./ckpt", "sequence_length": 32},
+                    "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+                    "training": {**BASE, "distribution": distribution},
+                    "output_dir": name,
+                }
+            )
+        )
     env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
-    result = subprocess.run([sys.executable, "-c", TWO_TENSORFLOW_DEVICES], cwd=tmp_path,
-                            env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", TWO_TENSORFLOW_DEVICES],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     one, two = report["one_device"], report["two_devices"]
     assert set(one["replicas"]) == {1} and set(two["replicas"]) == {2}
     for a, b in zip(one["metrics"]["epochs"], two["metrics"]["epochs"], strict=True):
-        print(f"TensorFlow epoch {a['epoch']}: loss {a['loss']!r} (1 device) vs "
-              f"{b['loss']!r} (2 devices)")
+        print(
+            f"TensorFlow epoch {a['epoch']}: loss {a['loss']!r} (1 device) vs "
+            f"{b['loss']!r} (2 devices)"
+        )
         np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4)  # as on JAX
-    assert two["metrics"]["final"]["validation"]["accuracy"] == \
-        one["metrics"]["final"]["validation"]["accuracy"]
+    assert (
+        two["metrics"]["final"]["validation"]["accuracy"]
+        == one["metrics"]["final"]["validation"]["accuracy"]
+    )

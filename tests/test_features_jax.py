@@ -29,18 +29,29 @@ def test_featurized_training_runs_on_jax_without_tensorflow(tmp_path):
     write_sentiment_tsv(tmp_path / "train.tsv", 64, seed=0)
     write_sentiment_tsv(tmp_path / "dev.tsv", 16, seed=1)
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "schema": 1, "task": "classification",
-        "backbone": {"preset": "./ckpt", "sequence_length": 32},
-        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
-        "training": {"epochs": 1, "batch_size": 16, "bucket_lengths": [32]},
-        "output_dir": "run"}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "schema": 1,
+                "task": "classification",
+                "backbone": {"preset": "./ckpt", "sequence_length": 32},
+                "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+                "training": {"epochs": 1, "batch_size": 16, "bucket_lengths": [32]},
+                "output_dir": "run",
+            }
+        )
+    )
     featurize(recipe, tmp_path / "features.npz")
     (tmp_path / "train.tsv").unlink()  # the data need not be where the features train
     (tmp_path / "dev.tsv").unlink()
     env = {**os.environ, "KERAS_BACKEND": "jax"}
-    result = subprocess.run([sys.executable, "-c", TRAIN_WITHOUT_TENSORFLOW], cwd=tmp_path,
-                            env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", TRAIN_WITHOUT_TENSORFLOW],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "[]"
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -51,13 +62,19 @@ def test_featurized_training_runs_on_jax_without_tensorflow(tmp_path):
 def test_features_of_another_recipe_are_refused(tmp_path):
     write_tiny_checkpoint(tmp_path / "ckpt")
     write_sentiment_tsv(tmp_path / "train.tsv", 8)
-    spec = {"schema": 1, "task": "classification",
-            "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
-            "data": {"train": str(tmp_path / "train.tsv"), "text": "sentence"}}
+    spec = {
+        "schema": 1,
+        "task": "classification",
+        "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
+        "data": {"train": str(tmp_path / "train.tsv"), "text": "sentence"},
+    }
     featurize(spec, tmp_path / "f.npz")
     import bertkit
 
     spec["backbone"]["sequence_length"] = 64
-    with pytest.raises(UserError, match="f.npz: was made from another recipe "
-                                        r"\(sequence_length differs\)"):
+    with pytest.raises(
+        UserError,
+        match="f.npz: was made from another recipe "
+        r"\(sequence_length differs\)",
+    ):
         bertkit.finetune(spec, features=tmp_path / "f.npz", output_dir=tmp_path / "run")

@@ -7,22 +7,30 @@ import tensorflow as tf
 
 from bertkit.training.optimization import NO_DECAY, BertAdamW
 
-pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
-                                reason="the fused kernel is TensorFlow's")
+pytestmark = pytest.mark.skipif(
+    keras.backend.backend() != "tensorflow", reason="the fused kernel is TensorFlow's"
+)
 
 
-def train(fused: bool, monkeypatch, accumulation=None, steps: int = 6,
-          sparse: bool = True) -> list[np.ndarray]:
+def train(
+    fused: bool, monkeypatch, accumulation=None, steps: int = 6, sparse: bool = True
+) -> list[np.ndarray]:
     """Updates a dense kernel, a bias (no decay) and an embedding table (gradients with
     repeated rows, as `tf.IndexedSlices` or made dense) in a traced step, with clipping,
     `accumulation` batches an update."""
     monkeypatch.setattr(BertAdamW, "_fused_on_tensorflow", lambda self: fused)
     rng = np.random.default_rng(0)
-    weights = [keras.Variable(rng.standard_normal(shape).astype("float32"), name=name)
-               for shape, name in (((8, 4), "kernel"), ((4,), "bias"), ((50, 4), "embeddings"))]
-    optimizer = BertAdamW(learning_rate=keras.optimizers.schedules.PolynomialDecay(1e-2, 10, 0.0),
-                          weight_decay=0.1, epsilon=1e-6, global_clipnorm=1.0,
-                          gradient_accumulation_steps=accumulation)
+    weights = [
+        keras.Variable(rng.standard_normal(shape).astype("float32"), name=name)
+        for shape, name in (((8, 4), "kernel"), ((4,), "bias"), ((50, 4), "embeddings"))
+    ]
+    optimizer = BertAdamW(
+        learning_rate=keras.optimizers.schedules.PolynomialDecay(1e-2, 10, 0.0),
+        weight_decay=0.1,
+        epsilon=1e-6,
+        global_clipnorm=1.0,
+        gradient_accumulation_steps=accumulation,
+    )
     optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
     optimizer.build(weights)
 
@@ -34,13 +42,24 @@ def train(fused: bool, monkeypatch, accumulation=None, steps: int = 6,
         optimizer.apply([dense, bias, table], weights)
 
     for _ in range(steps):
-        step(rng.standard_normal((8, 4)).astype("float32") * 3,
-             rng.standard_normal(4).astype("float32") * 1e-6,  # near epsilon
-             rng.choice(10, 5).astype("int64"),  # rows repeat, as a sentence's tokens do
-             rng.standard_normal((5, 4)).astype("float32"))
-    kernels = [op.type for graph in [step.get_concrete_function(
-        tf.TensorSpec((8, 4)), tf.TensorSpec((4,)), tf.TensorSpec((5,), tf.int64),
-        tf.TensorSpec((5, 4))).graph] for op in _all_ops(graph)]
+        step(
+            rng.standard_normal((8, 4)).astype("float32") * 3,
+            rng.standard_normal(4).astype("float32") * 1e-6,  # near epsilon
+            rng.choice(10, 5).astype("int64"),  # rows repeat, as a sentence's tokens do
+            rng.standard_normal((5, 4)).astype("float32"),
+        )
+    kernels = [
+        op.type
+        for graph in [
+            step.get_concrete_function(
+                tf.TensorSpec((8, 4)),
+                tf.TensorSpec((4,)),
+                tf.TensorSpec((5,), tf.int64),
+                tf.TensorSpec((5, 4)),
+            ).graph
+        ]
+        for op in _all_ops(graph)
+    ]
     assert ("ResourceApplyAdam" in kernels) == fused  # the fast path really runs
     return [weight.numpy() for weight in weights]
 

@@ -22,8 +22,14 @@ from report import ROWS, derive, table  # noqa: E402
 from stages import Runner, Stage  # noqa: E402
 
 TORCH_STAGES = {"matmul_torch", "hf_steps_0", "hf_steps_1", "hf_sst2"}
-MISSING = next((f"skipped: {name} not installed" for name in ("torch", "transformers")
-                if importlib.util.find_spec(name) is None), None)
+MISSING = next(
+    (
+        f"skipped: {name} not installed"
+        for name in ("torch", "transformers")
+        if importlib.util.find_spec(name) is None
+    ),
+    None,
+)
 
 
 def write_conll(path: Path, count: int, seed: int) -> None:
@@ -37,8 +43,9 @@ def write_conll(path: Path, count: int, seed: int) -> None:
 
 
 def gpu_check(*arguments) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, str(SCRIPT), *map(str, arguments)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, arguments)], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done
 
@@ -57,8 +64,9 @@ def test_dry_run_gives_every_row(tmp_path):
     assert manifest["features"]["conll"]["rows"] == {"train": 48}  # tagging decodes in TF
     assert {p.name for p in (carry / "sst2").iterdir()} == {"train.tsv.gz", "dev.tsv.gz"}
 
-    done = gpu_check("run", "--carry", carry, "--shape", "tiny", "--out", out,
-                     "--work", tmp_path / "work")
+    done = gpu_check(
+        "run", "--carry", carry, "--shape", "tiny", "--out", out, "--work", tmp_path / "work"
+    )
     written = (out / "gpu_check.md").read_text()
     assert written.strip() in done.stdout
     assert "These are not GPU figures" in written
@@ -76,19 +84,37 @@ def test_dry_run_gives_every_row(tmp_path):
 
 
 def test_run_refuses_a_folder_that_is_no_carry(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "run", "--carry", str(tmp_path)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "run", "--carry", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 1
     assert "is not a carry folder (no manifest.json" in done.stderr
 
 
 def test_a_stage_past_its_time_is_a_row_and_the_next_runs(tmp_path):
     runner = Runner(tmp_path / "logs", None, tmp_path, deadline=float("inf"))
-    slow = runner.run(Stage("slow", "slow", [sys.executable, "-c", "import time; "
-                                             "print('step 1', flush=True); time.sleep(60)"], 1))
+    slow = runner.run(
+        Stage(
+            "slow",
+            "slow",
+            [sys.executable, "-c", "import time; print('step 1', flush=True); time.sleep(60)"],
+            1,
+        )
+    )
     failed = runner.run(Stage("bad", "bad", [sys.executable, "-c", "raise ValueError('no')"]))
-    fine = runner.run(Stage("fine", "fine", [sys.executable, "-c", "import json; print("
-                                             "'GPU_CHECK_RESULT ' + json.dumps({'x': 1}))"]))
+    fine = runner.run(
+        Stage(
+            "fine",
+            "fine",
+            [
+                sys.executable,
+                "-c",
+                "import json; print('GPU_CHECK_RESULT ' + json.dumps({'x': 1}))",
+            ],
+        )
+    )
     assert slow["status"] == "timed out after 1 s; last: step 1"
     assert failed["status"] == "failed (exit 1): ValueError: no"
     assert fine["status"] == "ok" and fine["x"] == 1
@@ -98,14 +124,30 @@ def test_mfu_uses_one_formula_for_both_and_failures_say_why():
     def flops(shape, length):  # jax_train_throughput's form, any numbers do
         return 6.0 * length
 
-    results = {"matmul_jax": {"status": "ok", "tflops": 1e-9, "size": 256},
-               "hf_steps_0": {"status": "ok", "sequences_per_second": 100.0, "step_ms": 40.0,
-                              "sequence_length": 128, "batch_size": 4, "steps": 2,
-                              "build_and_warmup_seconds": 1.0, "wall_seconds": 3.0},
-               "bertkit_steps_0": {"status": "failed (exit 1): out of memory"},
-               "hf_sst2": {"status": "ok", "phases": {"train": 2.0}, "train_rows": 10,
-                           "train_lengths": {"8": 10}, "steps": 3, "wall_seconds": 9.0,
-                           "imported_at": 101.0, "launched_at": 100.0}}
+    results = {
+        "matmul_jax": {"status": "ok", "tflops": 1e-9, "size": 256},
+        "hf_steps_0": {
+            "status": "ok",
+            "sequences_per_second": 100.0,
+            "step_ms": 40.0,
+            "sequence_length": 128,
+            "batch_size": 4,
+            "steps": 2,
+            "build_and_warmup_seconds": 1.0,
+            "wall_seconds": 3.0,
+        },
+        "bertkit_steps_0": {"status": "failed (exit 1): out of memory"},
+        "hf_sst2": {
+            "status": "ok",
+            "phases": {"train": 2.0},
+            "train_rows": 10,
+            "train_lengths": {"8": 10},
+            "steps": 3,
+            "wall_seconds": 9.0,
+            "imported_at": 101.0,
+            "launched_at": 100.0,
+        },
+    }
     assert derive(results, {}, flops) == 1e-9
     assert abs(results["hf_steps_0"]["mfu"] - 100 * 6 * 128 / 1e12 / 1e-9) < 1e-9
     assert abs(results["hf_sst2"]["sequences_per_second"] - 5.0) < 1e-9

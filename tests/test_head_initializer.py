@@ -20,14 +20,22 @@ def backbone_source(tmp_path_factory):
     return write_tiny_checkpoint(tmp_path_factory.mktemp("heads") / "checkpoint")
 
 
-@pytest.mark.parametrize("task, state, layers", HEADS,
-                         ids=["classification", "tagging", "span_qa", "mlm"])
+@pytest.mark.parametrize(
+    "task, state, layers", HEADS, ids=["classification", "tagging", "span_qa", "mlm"]
+)
 def test_new_head_layers_start_from_a_normal_of_stddev_0_02(backbone_source, task, state, layers):
-    recipe = load_recipe({"schema": 1, "task": task, "data": {"train": "unused.txt"},
-                          "backbone": {"preset": str(backbone_source), "sequence_length": 16}})
+    recipe = load_recipe(
+        {
+            "schema": 1,
+            "task": task,
+            "data": {"train": "unused.txt"},
+            "backbone": {"preset": str(backbone_source), "sequence_length": 16},
+        }
+    )
     pretrained = load_pretrained(str(backbone_source), sequence_length=16)
-    built = recipe.task_class()(recipe.task_options, recipe.data, pretrained.tokenizer, 16,
-                                state).build_model(pretrained.backbone)
+    built = recipe.task_class()(
+        recipe.task_options, recipe.data, pretrained.tokenizer, 16, state
+    ).build_model(pretrained.backbone)
     for name in layers:
         initializer = built.get_layer(name).kernel_initializer
         assert isinstance(initializer, keras.initializers.RandomNormal), (name, initializer)

@@ -52,15 +52,23 @@ def recipes(folder) -> dict:
     training = {"epochs": 2, "batch_size": 8, "learning_rate": 3e-3}
     packed = {"batch_order": "random", "packing": True}  # (the resume test runs unpacked)
     return {
-        "classification": {**common, "task": "classification", "training": packed,
-                           "data": {"train": "train.tsv", "validation": "dev.tsv",
-                                    "text": "sentence"}},
-        "tagging": {**common, "task": {"name": "tagging", "window_stride": 10},
-                    "training": packed,
-                    "data": {"train": "train.txt", "validation": "dev.txt", "scheme": "iob1"}},
-        "span_qa": {**common, "task": {"name": "span_qa", "version": "2.0",
-                                       "max_query_length": 8, "doc_stride": 8},
-                    "data": {"train": "train.jsonl", "validation": "dev.jsonl"}},
+        "classification": {
+            **common,
+            "task": "classification",
+            "training": packed,
+            "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+        },
+        "tagging": {
+            **common,
+            "task": {"name": "tagging", "window_stride": 10},
+            "training": packed,
+            "data": {"train": "train.txt", "validation": "dev.txt", "scheme": "iob1"},
+        },
+        "span_qa": {
+            **common,
+            "task": {"name": "span_qa", "version": "2.0", "max_query_length": 8, "doc_stride": 8},
+            "data": {"train": "train.jsonl", "validation": "dev.jsonl"},
+        },
     }, training
 
 
@@ -70,12 +78,20 @@ def runs(tmp_path_factory):
     write_tiny_checkpoint(folder / "ckpt")
     specs, training = recipes(folder)
     for task, spec in specs.items():
-        spec = {**spec, "training": {**training, **spec.get("training", {})},
-                "output_dir": f"{task}_run"}
+        spec = {
+            **spec,
+            "training": {**training, **spec.get("training", {})},
+            "output_dir": f"{task}_run",
+        }
         (folder / f"{task}.yaml").write_text(yaml.safe_dump(spec))
     env = {**os.environ, "KERAS_BACKEND": "jax"}
-    result = subprocess.run([sys.executable, "-c", TRAIN_ON_JAX, json.dumps(INPUTS)],
-                            cwd=folder, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", TRAIN_ON_JAX, json.dumps(INPUTS)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return folder, json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -86,8 +102,9 @@ def test_jax_run_is_complete(runs, task):
     run = folder / f"{task}_run"
     metrics = json.loads((run / "metrics.json").read_text())
     assert [epoch["epoch"] for epoch in metrics["epochs"]] == [1, 2]
-    assert all(f"val_{metrics['monitor'].removeprefix('val_')}" in epoch
-               for epoch in metrics["epochs"])
+    assert all(
+        f"val_{metrics['monitor'].removeprefix('val_')}" in epoch for epoch in metrics["epochs"]
+    )
     assert metrics["final"]["validation"]
     status = json.loads((run / "run.json").read_text())
     assert status["status"] == "finished" and status["best_epoch"] in (1, 2)
@@ -101,28 +118,33 @@ def test_jax_run_is_complete(runs, task):
 
 def test_classification_saved_model_serves_what_jax_predicted(runs):
     folder, predictions = runs
-    served = serve_in_fresh_process(folder / "classification_run" / "saved_model",
-                                    {"text": INPUTS["classification"]})
+    served = serve_in_fresh_process(
+        folder / "classification_run" / "saved_model", {"text": INPUTS["classification"]}
+    )
     assert served["label"] == [p["label"] for p in predictions["classification"]]
-    np.testing.assert_allclose(served["score"], [p["score"] for p in
-                                                 predictions["classification"]], atol=1e-4)
+    np.testing.assert_allclose(
+        served["score"], [p["score"] for p in predictions["classification"]], atol=1e-4
+    )
 
 
 def test_tagging_saved_model_serves_what_jax_predicted(runs):
     folder, predictions = runs
-    served = serve_in_fresh_process(folder / "tagging_run" / "saved_model",
-                                    {"text": INPUTS["tagging"]})
+    served = serve_in_fresh_process(
+        folder / "tagging_run" / "saved_model", {"text": INPUTS["tagging"]}
+    )
     counts = served["entity_count"]
     assert counts == [len(p["entities"]) for p in predictions["tagging"]]
-    starts = [s for row, count in zip(served["entity_start"], counts, strict=True)
-              for s in row[:count]]
+    starts = [
+        s for row, count in zip(served["entity_start"], counts, strict=True) for s in row[:count]
+    ]
     assert starts == [e["start"] for p in predictions["tagging"] for e in p["entities"]]
 
 
 def test_span_qa_saved_model_serves_what_jax_predicted(runs):
     folder, predictions = runs
     example = INPUTS["span_qa"][0]
-    served = serve_in_fresh_process(folder / "span_qa_run" / "saved_model",
-                                    {"question": [example["question"]],
-                                     "context": [example["context"]]})
+    served = serve_in_fresh_process(
+        folder / "span_qa_run" / "saved_model",
+        {"question": [example["question"]], "context": [example["context"]]},
+    )
     assert served["answer"] == [predictions["span_qa"][0]["answer"]]

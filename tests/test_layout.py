@@ -13,8 +13,17 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "bertkit"
-LAYERS = ("base", "parallel", "model", "batching", "recipes", "serving", "training", "tuning",
-          "surface")
+LAYERS = (
+    "base",
+    "parallel",
+    "model",
+    "batching",
+    "recipes",
+    "serving",
+    "training",
+    "tuning",
+    "surface",
+)
 SURFACE = ("cli", "testing")  # with the package's own __init__
 MAX_MODULE_LINES = 350
 MAX_FUNCTION_LINES = 40  # from the `def` line to the function's last line
@@ -36,8 +45,10 @@ def module_name(path: Path, root: Path = ROOT) -> str:
 
 def read_modules(root: Path = ROOT) -> dict[str, tuple[str, bool]]:
     """{module name: (source, is a package)} of every module under `root`."""
-    return {module_name(path, root): (path.read_text(encoding="utf-8"), path.name == "__init__.py")
-            for path in sorted(root.rglob("*.py"))}
+    return {
+        module_name(path, root): (path.read_text(encoding="utf-8"), path.name == "__init__.py")
+        for path in sorted(root.rglob("*.py"))
+    }
 
 
 def imported_modules(source: str, module: str, is_package: bool, known: set) -> set[str]:
@@ -50,8 +61,9 @@ def imported_modules(source: str, module: str, is_package: bool, known: set) -> 
         elif isinstance(node, ast.ImportFrom):
             base = _absolute(node, module, is_package)
             found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names
-                         if f"{base}.{alias.name}" in known)
+            found.update(
+                f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known
+            )
     return {name for name in found if name == "bertkit" or name.startswith("bertkit.")}
 
 
@@ -59,7 +71,7 @@ def _absolute(node: ast.ImportFrom, module: str, is_package: bool) -> str:
     if not node.level:
         return node.module
     package = module.split(".") if is_package else module.split(".")[:-1]
-    package = package[:len(package) - node.level + 1]
+    package = package[: len(package) - node.level + 1]
     return ".".join(package + ([node.module] if node.module else []))
 
 
@@ -67,8 +79,10 @@ def import_graph(modules: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
     """{module: the bertkit modules it imports}, each a module of `modules` (a name that is
     not one, as `bertkit.model.gone`, is kept as it is)."""
     known = set(modules)
-    return {name: imported_modules(source, name, is_package, known) - {name}
-            for name, (source, is_package) in modules.items()}
+    return {
+        name: imported_modules(source, name, is_package, known) - {name}
+        for name, (source, is_package) in modules.items()
+    }
 
 
 # ---------------------------------------------------------------- the rules
@@ -87,9 +101,12 @@ def layer_of(module: str) -> str:
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     """`importer -> imported` for every import of a higher layer, or of another wing of
     the same height (there is none: every layer is one wing)."""
-    return sorted(f"{module} ({layer_of(module)}) -> {target} ({layer_of(target)})"
-                  for module, targets in graph.items() for target in targets
-                  if LAYERS.index(layer_of(target)) > LAYERS.index(layer_of(module)))
+    return sorted(
+        f"{module} ({layer_of(module)}) -> {target} ({layer_of(target)})"
+        for module, targets in graph.items()
+        for target in targets
+        if LAYERS.index(layer_of(target)) > LAYERS.index(layer_of(module))
+    )
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -145,29 +162,41 @@ def short_name(module: str) -> str:
 
 def over(lengths: dict[str, int], limit: int) -> dict[str, int]:
     """The entries of `lengths` over `limit` that EXCEPTIONS does not excuse."""
-    return {name: length for name, length in sorted(lengths.items())
-            if length > limit and name not in EXCEPTIONS}
+    return {
+        name: length
+        for name, length in sorted(lengths.items())
+        if length > limit and name not in EXCEPTIONS
+    }
 
 
 # ---------------------------------------------------------------- the checks
 MODULES = read_modules()
 GRAPH = import_graph(MODULES)
-MODULE_LINES = {short_name(name): len(source.splitlines())
-                for name, (source, _) in MODULES.items()}
-FUNCTION_LINES = {name: length for module, (source, _) in MODULES.items()
-                  for name, length in function_lengths(source, module).items()}
+MODULE_LINES = {short_name(name): len(source.splitlines()) for name, (source, _) in MODULES.items()}
+FUNCTION_LINES = {
+    name: length
+    for module, (source, _) in MODULES.items()
+    for name, length in function_lengths(source, module).items()
+}
 
 
 def test_every_module_imports_its_own_wing_and_lower_layers_only():
     violations = upward_imports(GRAPH)
-    assert not violations, ("upward imports (layers, lowest first: " + " -> ".join(LAYERS)
-                            + "):\n  " + "\n  ".join(violations))
+    assert not violations, (
+        "upward imports (layers, lowest first: "
+        + " -> ".join(LAYERS)
+        + "):\n  "
+        + "\n  ".join(violations)
+    )
 
 
 def test_no_module_imports_a_module_that_is_not_there():
-    missing = sorted(f"{module} -> {target}" for module, targets in GRAPH.items()
-                     for target in targets if target not in MODULES
-                     and target.rpartition(".")[0] not in MODULES)  # from module import name
+    missing = sorted(
+        f"{module} -> {target}"
+        for module, targets in GRAPH.items()
+        for target in targets
+        if target not in MODULES and target.rpartition(".")[0] not in MODULES
+    )  # from module import name
     assert not missing, "imports of modules that do not exist:\n  " + "\n  ".join(missing)
 
 
@@ -183,15 +212,18 @@ def test_no_module_is_over_350_lines():
 
 def test_no_function_is_over_40_lines():
     long = over(FUNCTION_LINES, MAX_FUNCTION_LINES)
-    assert not long, (f"functions over {MAX_FUNCTION_LINES} lines (def to end; split them "
-                      f"into named helpers): {long}")
+    assert not long, (
+        f"functions over {MAX_FUNCTION_LINES} lines (def to end; split them "
+        f"into named helpers): {long}"
+    )
 
 
 def test_the_top_level_holds_at_most_16_modules():
     top = sorted(path.name for path in ROOT.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, (
         f"{len(top)} modules at the top of bertkit/ (at most {MAX_TOP_LEVEL_MODULES}; a new "
-        f"feature joins its wing): {top}")
+        f"feature joins its wing): {top}"
+    )
 
 
 def test_every_exception_is_still_needed():
@@ -207,16 +239,18 @@ def synthetic_graph(sources: dict[str, str]) -> dict[str, set[str]]:
 
 
 def test_an_upward_import_inside_a_function_is_found():
-    graph = synthetic_graph({
-        "bertkit.errors": "",
-        "bertkit.model.backbone": """
+    graph = synthetic_graph(
+        {
+            "bertkit.errors": "",
+            "bertkit.model.backbone": """
             from bertkit.errors import UserError
 
             def later():
                 from bertkit.training import trainer
             """,
-        "bertkit.training.trainer": "from bertkit.model.backbone import load\n",
-    })
+            "bertkit.training.trainer": "from bertkit.model.backbone import load\n",
+        }
+    )
     assert upward_imports(graph) == [
         "bertkit.model.backbone (model) -> bertkit.training (training)",
         "bertkit.model.backbone (model) -> bertkit.training.trainer (training)",
@@ -225,10 +259,12 @@ def test_an_upward_import_inside_a_function_is_found():
 
 
 def test_relative_imports_and_the_package_itself_count():
-    graph = synthetic_graph({
-        "bertkit.model.a": "from . import b\nfrom .b import thing\nimport bertkit\n",
-        "bertkit.model.b": "",
-    })
+    graph = synthetic_graph(
+        {
+            "bertkit.model.a": "from . import b\nfrom .b import thing\nimport bertkit\n",
+            "bertkit.model.b": "",
+        }
+    )
     assert graph["bertkit.model.a"] == {"bertkit.model", "bertkit.model.b", "bertkit"}
     assert upward_imports(graph) == ["bertkit.model.a (model) -> bertkit (surface)"]
 

@@ -22,12 +22,23 @@ TEXTS = ["a warm , funny film", "the plot was dull and cold", "good", "really aw
 
 
 def recipe_of(tmp, task, data, **training):
-    return load_recipe({
-        "schema": 1, "task": task, "output_dir": str(tmp / "run"),
-        "backbone": {"preset": str(tmp / "ckpt"), "sequence_length": 16},
-        "data": data,
-        "training": {"epochs": 2, "batch_size": 8, "learning_rate": 1e-2, "lora": LORA,
-                     "jit_compile": False, **training}})
+    return load_recipe(
+        {
+            "schema": 1,
+            "task": task,
+            "output_dir": str(tmp / "run"),
+            "backbone": {"preset": str(tmp / "ckpt"), "sequence_length": 16},
+            "data": data,
+            "training": {
+                "epochs": 2,
+                "batch_size": 8,
+                "learning_rate": 1e-2,
+                "lora": LORA,
+                "jit_compile": False,
+                **training,
+            },
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +47,11 @@ def run(tmp_path_factory):
     write_tiny_checkpoint(tmp / "ckpt", num_layers=1, hidden_size=16, intermediate_size=32)
     write_sentiment_tsv(tmp / "train.tsv", 32, seed=0)
     write_sentiment_tsv(tmp / "dev.tsv", 16, seed=1)
-    recipe = recipe_of(tmp, "classification", {"train": str(tmp / "train.tsv"),
-                                               "validation": str(tmp / "dev.tsv"),
-                                               "text": "sentence"})
+    recipe = recipe_of(
+        tmp,
+        "classification",
+        {"train": str(tmp / "train.tsv"), "validation": str(tmp / "dev.tsv"), "text": "sentence"},
+    )
     bertkit.finetune(recipe, verbose=0)
     return tmp, recipe
 
@@ -57,19 +70,29 @@ def lora_model(tmp, recipe, weights=None):
 
 def batch(size=4, length=16, seed=0):
     rng = np.random.default_rng(seed)
-    return {"token_ids": rng.integers(5, 100, (size, length)).astype("int32"),
-            "segment_ids": np.zeros((size, length), "int32"),
-            "padding_mask": np.ones((size, length), "int32")}
+    return {
+        "token_ids": rng.integers(5, 100, (size, length)).astype("int32"),
+        "segment_ids": np.zeros((size, length), "int32"),
+        "padding_mask": np.ones((size, length), "int32"),
+    }
 
 
 def test_recipe_errors_are_one_line_naming_the_key(tmp_path):
-    base = {"schema": 1, "task": "classification", "backbone": {"preset": "x"},
-            "data": {"train": "t.tsv"}}
-    for lora, message in [({"rank": 0}, "training.lora.rank: must be at least 1, got 0"),
-                          ({"targets": ["query", "quary"]},
-                           "training.lora.targets.1: expected one of 'query', 'key'"),
-                          ({"alpha": 0}, "training.lora.alpha: must be greater than 0.0"),
-                          ({"rnk": 2}, "training.lora.rnk: unknown key 'rnk'; did you mean")]:
+    base = {
+        "schema": 1,
+        "task": "classification",
+        "backbone": {"preset": "x"},
+        "data": {"train": "t.tsv"},
+    }
+    for lora, message in [
+        ({"rank": 0}, "training.lora.rank: must be at least 1, got 0"),
+        (
+            {"targets": ["query", "quary"]},
+            "training.lora.targets.1: expected one of 'query', 'key'",
+        ),
+        ({"alpha": 0}, "training.lora.alpha: must be greater than 0.0"),
+        ({"rnk": 2}, "training.lora.rnk: unknown key 'rnk'; did you mean"),
+    ]:
         with pytest.raises(UserError) as error:
             load_recipe(base, training={"lora": lora})
         assert message in str(error.value) and "\n" not in str(error.value)
@@ -82,17 +105,25 @@ def test_only_the_adapters_and_the_head_train(run):
     assert epochs[-1]["loss"] < epochs[0]["loss"]
     trained = lora_model(tmp, recipe, tmp / "run" / "model" / "model.weights.h5")
     pretrained = lora_model(tmp, recipe)  # as loaded, before training
-    changed = {a.path for a, b in zip(trained.weights, pretrained.weights, strict=True)
-               if not np.array_equal(a.numpy(), b.numpy())}
-    assert changed == {"classifier/kernel", "classifier/bias",
-                       "transformer_layer_0/self_attention_layer/query/lora_kernel_a",
-                       "transformer_layer_0/self_attention_layer/query/lora_kernel_b",
-                       "transformer_layer_0/self_attention_layer/value/lora_kernel_a",
-                       "transformer_layer_0/self_attention_layer/value/lora_kernel_b"}
+    changed = {
+        a.path
+        for a, b in zip(trained.weights, pretrained.weights, strict=True)
+        if not np.array_equal(a.numpy(), b.numpy())
+    }
+    assert changed == {
+        "classifier/kernel",
+        "classifier/bias",
+        "transformer_layer_0/self_attention_layer/query/lora_kernel_a",
+        "transformer_layer_0/self_attention_layer/query/lora_kernel_b",
+        "transformer_layer_0/self_attention_layer/value/lora_kernel_a",
+        "transformer_layer_0/self_attention_layer/value/lora_kernel_b",
+    }
     record = json.loads((tmp / "run" / "model" / "task.json").read_text())["lora"]
     assert record["trainable_weights"] == sum(v.numpy().size for v in trained.trainable_weights)
-    assert "- LoRA rank 2, alpha 4 on query, value; trainable: " in (
-        tmp / "run" / "report.md").read_text()
+    assert (
+        "- LoRA rank 2, alpha 4 on query, value; trainable: "
+        in (tmp / "run" / "report.md").read_text()
+    )
 
 
 def test_checkpoints_keep_the_adapters(run, tmp_path):
@@ -113,8 +144,7 @@ def test_load_serves_the_merged_model_and_the_adapter_file_holds_the_head(run):
     loaded = bertkit.load(tmp / "run")
     assert not any(getattr(layer, "lora_enabled", False) for layer in loaded.model.layers)
     expected = trained(batch(), training=False).numpy()
-    np.testing.assert_allclose(loaded.model(batch(), training=False).numpy(), expected,
-                               atol=1e-5)
+    np.testing.assert_allclose(loaded.model(batch(), training=False).numpy(), expected, atol=1e-5)
     adapter = tmp / "run" / "model" / "lora.weights.h5"
     with h5py.File(adapter) as file:
         assert "classifier" in file and json.loads(file.attrs["lora"])["rank"] == 2
@@ -134,9 +164,11 @@ def test_the_merged_saved_model_matches_in_a_fresh_process(run):
     served = serve_in_fresh_process(tmp / "run" / "saved_model", {"text": TEXTS})
     assert served["label"] == [p["label"] for p in unmerged]
     labels = loaded.task.labels
-    np.testing.assert_allclose(served["probabilities"],
-                               [[p["probabilities"][label] for label in labels]
-                                for p in unmerged], atol=1e-5)
+    np.testing.assert_allclose(
+        served["probabilities"],
+        [[p["probabilities"][label] for label in labels] for p in unmerged],
+        atol=1e-5,
+    )
 
 
 def write_task_data(tmp, task):
@@ -144,8 +176,11 @@ def write_task_data(tmp, task):
         text = "-DOCSTART- -X- O\n\n" + "john NN B-PER\nvisited NN O\nparis NN B-LOC\n\n" * 16
         return {"train": str(write(tmp / "train.txt", text))}
     if task == "span_qa":
-        line = {"question": "what is it ?", "context": "the film was good",
-                "answers": {"text": ["good"], "answer_start": [13]}}
+        line = {
+            "question": "what is it ?",
+            "context": "the film was good",
+            "answers": {"text": ["good"], "answer_start": [13]},
+        }
         lines = [json.dumps({"id": f"q{i}", **line}) for i in range(16)]
         return {"train": str(write(tmp / "train.jsonl", "\n".join(lines) + "\n"))}
     documents = "john visited paris .\nthe film was very good .\n\n" * 16
@@ -161,18 +196,26 @@ def write(path, text):
 def test_every_task_builds_with_lora_and_trains_a_step(tmp_path, task):
     write_tiny_checkpoint(tmp_path / "ckpt", num_layers=1, hidden_size=16, intermediate_size=32)
     options = {"name": task, "max_query_length": 8} if task == "span_qa" else task
-    recipe = recipe_of(tmp_path, options, write_task_data(tmp_path, task),
-                       lora={"rank": 2, "alpha": 4, "targets": ["key", "intermediate"]})
+    recipe = recipe_of(
+        tmp_path,
+        options,
+        write_task_data(tmp_path, task),
+        lora={"rank": 2, "alpha": 4, "targets": ["key", "intermediate"]},
+    )
     built = run_steps.build(recipe, run_steps.prepare(recipe))
     before = {v.path: v.numpy().copy() for v in built.model.weights}
-    built.trained.fit(built.batches.as_dataset(), epochs=1, steps_per_epoch=1, verbose=0,
-                      shuffle=False)
-    changed = {v.path for v in built.model.weights if not np.array_equal(v.numpy(),
-                                                                         before[v.path])}
+    built.trained.fit(
+        built.batches.as_dataset(), epochs=1, steps_per_epoch=1, verbose=0, shuffle=False
+    )
+    changed = {v.path for v in built.model.weights if not np.array_equal(v.numpy(), before[v.path])}
     factors = {p for p in before if "lora_kernel" in p}
     assert {p.split("/")[-2] for p in factors} == {"key", "feedforward_intermediate_dense"}
     assert {p for p in factors if p.endswith("_b")} <= changed  # b starts at zero
-    assert all("lora_kernel" in p or not p.startswith(("transformer_layer", "token_embedding",
-                                                       "position_embedding", "pooled_dense"))
-               for p in changed)
+    assert all(
+        "lora_kernel" in p
+        or not p.startswith(
+            ("transformer_layer", "token_embedding", "position_embedding", "pooled_dense")
+        )
+        for p in changed
+    )
     assert changed - factors, "the head trains"

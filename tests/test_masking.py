@@ -203,12 +203,15 @@ def test_masked_lm_scores_sum_the_used_slots_of_each_row():
     reference = np.asarray(logits, np.float64)
     log_probabilities = reference - np.log(np.exp(reference).sum(-1, keepdims=True))
     used = targets >= 0
-    expected = [-sum(log_probabilities[r, s, targets[r, s]] for s in range(4) if used[r, s])
-                for r in range(3)]
+    expected = [
+        -sum(log_probabilities[r, s, targets[r, s]] for s in range(4) if used[r, s])
+        for r in range(3)
+    ]
     np.testing.assert_allclose(scores["loss"], expected, rtol=1e-5)
     np.testing.assert_array_equal(scores["masked_tokens"], [2, 4, 0])
     np.testing.assert_array_equal(
-        scores["correct"], ((reference.argmax(-1) == targets) & used).sum(-1))
+        scores["correct"], ((reference.argmax(-1) == targets) & used).sum(-1)
+    )
     assert scores["correct"][1] >= 1
 
 

@@ -21,10 +21,14 @@ def corpus(rows=203, seed=0):
     rng = np.random.default_rng(seed)
     lengths = np.clip(rng.lognormal(3.0, 0.7, rows).astype(int), 3, 128)
     labels = [np.where(rng.random(n) < 0.7, rng.integers(0, 3, n), -1) for n in lengths]
-    return Features(columns={"token_ids": [rng.integers(1, 50, n).astype(np.int32)
-                                           for n in lengths],
-                             "labels": [label.astype(np.int32) for label in labels]},
-                    example_index=np.arange(rows), pad_values={"labels": -1})
+    return Features(
+        columns={
+            "token_ids": [rng.integers(1, 50, n).astype(np.int32) for n in lengths],
+            "labels": [label.astype(np.int32) for label in labels],
+        },
+        example_index=np.arange(rows),
+        pad_values={"labels": -1},
+    )
 
 
 class TokenTagging:
@@ -46,18 +50,20 @@ def test_random_batches_hold_every_row_once_in_near_equal_batches():
 def test_each_batch_is_split_by_length_and_each_part_padded_to_its_bucket():
     features = corpus()
     lengths = features.lengths()
-    batches = BatchPlan(32, BUCKETS, seed=0, order="random",
-                        micro_batches=4).training_batches(TokenTagging(), features)
+    batches = BatchPlan(32, BUCKETS, seed=0, order="random", micro_batches=4).training_batches(
+        TokenTagging(), features
+    )
     plan = random_batches(len(lengths), 32, seed=0, epoch=0)
     assert len(batches) == 4 * len(plan)
     steps = list(batches)
     padded = 0
     for k, rows in enumerate(plan):
-        parts = steps[4 * k:4 * k + 4]
+        parts = steps[4 * k : 4 * k + 4]
         widths = [inputs.shape[1] for inputs, _, _ in parts]
         assert sum(inputs.shape[0] for inputs, _, _ in parts) == len(rows)
-        assert widths == sorted(widths) and widths[-1] == padded_length(int(lengths[rows].max()),
-                                                                         BUCKETS)
+        assert widths == sorted(widths) and widths[-1] == padded_length(
+            int(lengths[rows].max()), BUCKETS
+        )
         padded += sum(inputs.size for inputs, _, _ in parts)
         # The weights make the mean over each part's positions, averaged over the parts,
         # the mean over the batch's labelled pieces.
@@ -86,20 +92,35 @@ def test_normalized_weights_of_one_part_give_the_mean_over_labelled_positions():
 
 def tagger(seed=0):
     keras.utils.set_random_seed(seed)
-    model = keras.Sequential([keras.Input((None,), dtype="int32"), keras.layers.Embedding(50, 8),
-                              keras.layers.Dense(16, activation="gelu"), keras.layers.Dense(3)])
+    model = keras.Sequential(
+        [
+            keras.Input((None,), dtype="int32"),
+            keras.layers.Embedding(50, 8),
+            keras.layers.Dense(16, activation="gelu"),
+            keras.layers.Dense(3),
+        ]
+    )
     return model
 
 
 def train_one_epoch(micro_batches: int) -> list:
-    training = TrainingConfig(epochs=1, batch_size=32, learning_rate=1e-2, warmup_ratio=0.2,
-                              max_grad_norm=0.05, batch_order="random",
-                              micro_batches=micro_batches)
-    batches = BatchPlan(32, BUCKETS, seed=0, order="random",
-                        micro_batches=micro_batches).training_batches(TokenTagging(), corpus())
+    training = TrainingConfig(
+        epochs=1,
+        batch_size=32,
+        learning_rate=1e-2,
+        warmup_ratio=0.2,
+        max_grad_norm=0.05,
+        batch_order="random",
+        micro_batches=micro_batches,
+    )
+    batches = BatchPlan(
+        32, BUCKETS, seed=0, order="random", micro_batches=micro_batches
+    ).training_batches(TokenTagging(), corpus())
     model = tagger()
-    model.compile(optimizer=make_optimizer(training, len(batches)),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=make_optimizer(training, len(batches)),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     model.fit(batches.as_dataset(), epochs=1, verbose=0, shuffle=False)
     return [w.numpy() for w in model.weights]
 
@@ -120,8 +141,13 @@ def test_micro_batches_give_the_updates_of_the_whole_batch():
 
 
 def recipe(**training):
-    return {"schema": 1, "task": "classification", "backbone": {"preset": "bert_tiny_en_uncased"},
-            "data": {"train": "train.tsv"}, "training": training}
+    return {
+        "schema": 1,
+        "task": "classification",
+        "backbone": {"preset": "bert_tiny_en_uncased"},
+        "data": {"train": "train.tsv"},
+        "training": training,
+    }
 
 
 def test_micro_batches_need_random_order_and_fit_in_a_batch():
@@ -133,8 +159,9 @@ def test_micro_batches_need_random_order_and_fit_in_a_batch():
     loaded = load_recipe(recipe(batch_order="random", micro_batches=4))
     assert (loaded.training.batch_order, loaded.training.micro_batches) == ("random", 4)
     with pytest.raises(UserError, match="cannot be split into 4 micro-batches"):
-        BatchPlan(32, BUCKETS, seed=0, order="random",
-                  micro_batches=4).training_batches(TokenTagging(), corpus(rows=3))
+        BatchPlan(32, BUCKETS, seed=0, order="random", micro_batches=4).training_batches(
+            TokenTagging(), corpus(rows=3)
+        )
 
 
 def test_rows_of_unequal_parts_count_once_when_the_task_gives_no_weights():
@@ -145,8 +172,9 @@ def test_rows_of_unequal_parts_count_once_when_the_task_gives_no_weights():
             first_token = batch["token_ids"][:, 0].astype(np.float32)
             return batch["token_ids"], {"label": first_token, "other": first_token}, None
 
-    batches = BatchPlan(32, BUCKETS, seed=0, order="random",
-                        micro_batches=4).training_batches(PerRow(), features)
+    batches = BatchPlan(32, BUCKETS, seed=0, order="random", micro_batches=4).training_batches(
+        PerRow(), features
+    )
     parts = [batches.batch(step) for step in range(4)]
     assert len({len(weights["label"]) for _, _, weights in parts}) > 1  # unequal parts
     for name in ("label", "other"):

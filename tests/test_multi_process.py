@@ -74,24 +74,52 @@ class Job:
 
     def start(self) -> "Job":
         port = free_port()
-        env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
-               # compiled programs are shared: a restarted job does not compile again
-               "JAX_COMPILATION_CACHE_DIR": str(self.folder / "compiled"),
-               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+        env = {
+            **os.environ,
+            "KERAS_BACKEND": "jax",
+            "JAX_PLATFORMS": "cpu",
+            # compiled programs are shared: a restarted job does not compile again
+            "JAX_COMPILATION_CACHE_DIR": str(self.folder / "compiled"),
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        }
         self.started = []
         for process in range(self.processes):
             log = self.folder / f"{self.name}.{process}.writes"
             log.unlink(missing_ok=True)
-            command = [sys.executable, "-c", AUDITED_FINETUNE, str(self.run_dir), str(log),
-                       "finetune", "recipe.yaml", "--output", self.name,
-                       "--features", "features.npz"]
+            command = [
+                sys.executable,
+                "-c",
+                AUDITED_FINETUNE,
+                str(self.run_dir),
+                str(log),
+                "finetune",
+                "recipe.yaml",
+                "--output",
+                self.name,
+                "--features",
+                "features.npz",
+            ]
             if self.processes > 1:
-                command += ["--coordinator", f"127.0.0.1:{port}", "--num-processes",
-                            str(self.processes), "--process-id", str(process),
-                            "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT)]
-            self.started.append(subprocess.Popen(
-                command, cwd=self.folder, env=env, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True))
+                command += [
+                    "--coordinator",
+                    f"127.0.0.1:{port}",
+                    "--num-processes",
+                    str(self.processes),
+                    "--process-id",
+                    str(process),
+                    "--heartbeat-timeout",
+                    str(HEARTBEAT_TIMEOUT),
+                ]
+            self.started.append(
+                subprocess.Popen(
+                    command,
+                    cwd=self.folder,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         return self
 
     def wait(self, timeout: float = 300) -> list:
@@ -131,13 +159,24 @@ def jobs(tmp_path_factory):
     write_tiny_checkpoint(folder / "ckpt")
     write_sentiment_tsv(folder / "train.tsv", 48, seed=0)  # 6 full batches of 8 an epoch
     write_sentiment_tsv(folder / "dev.tsv", 15, seed=1)  # odd: filler rows in inference
-    (folder / "recipe.yaml").write_text(yaml.safe_dump({
-        "schema": 1, "task": "classification",
-        "backbone": {"preset": "./ckpt", "sequence_length": 32},
-        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
-        "training": {"epochs": EPOCHS, "batch_size": 8, "learning_rate": 3e-3, "seed": 3,
-                     "distribution": "data_parallel"},
-        "output_dir": "unused"}))
+    (folder / "recipe.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "schema": 1,
+                "task": "classification",
+                "backbone": {"preset": "./ckpt", "sequence_length": 32},
+                "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+                "training": {
+                    "epochs": EPOCHS,
+                    "batch_size": 8,
+                    "learning_rate": 3e-3,
+                    "seed": 3,
+                    "distribution": "data_parallel",
+                },
+                "output_dir": "unused",
+            }
+        )
+    )
     cwd = os.getcwd()
     os.chdir(folder)  # the recipe's relative paths
     try:
@@ -149,12 +188,19 @@ def jobs(tmp_path_factory):
     two = Job(folder, "two_processes", 2).start()
     killed = Job(folder, "killed", 2).start()
     exit_seconds, survivors = kill_after_first_checkpoint(killed, victim=1)
-    interrupted = json.loads((killed.run_dir / "checkpoint" / "training_metadata.json")
-                             .read_text())["epoch"]
+    interrupted = json.loads(
+        (killed.run_dir / "checkpoint" / "training_metadata.json").read_text()
+    )["epoch"]
     restarted = killed.start().wait()
-    return {"one": (one, one.wait()), "two": (two, two.wait()), "killed": killed,
-            "exit_seconds": exit_seconds, "survivors": survivors,
-            "interrupted_after": interrupted, "restarted": restarted}
+    return {
+        "one": (one, one.wait()),
+        "two": (two, two.wait()),
+        "killed": killed,
+        "exit_seconds": exit_seconds,
+        "survivors": survivors,
+        "interrupted_after": interrupted,
+        "restarted": restarted,
+    }
 
 
 def metrics(job: Job) -> dict:
@@ -166,8 +212,11 @@ def weights(job: Job) -> dict:
 
     arrays = {}
     with h5py.File(job.run_dir / "model" / "model.weights.h5") as file:
-        file.visititems(lambda name, item: arrays.__setitem__(name, item[()])
-                        if isinstance(item, h5py.Dataset) else None)
+        file.visititems(
+            lambda name, item: (
+                arrays.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None
+            )
+        )
     return arrays
 
 
@@ -180,8 +229,10 @@ def test_two_processes_end_as_one_process(jobs):
     # whole one); only the order of float32 sums differs: each process sums the
     # gradient of its 4 rows, then gloo adds the two halves.
     for a, b in zip(expected["epochs"], got["epochs"], strict=True):
-        print(f"epoch {a['epoch']}: loss {a['loss']!r} (1 process) vs {b['loss']!r} "
-              f"(2 processes), val_macro_f1 {a['val_macro_f1']!r} vs {b['val_macro_f1']!r}")
+        print(
+            f"epoch {a['epoch']}: loss {a['loss']!r} (1 process) vs {b['loss']!r} "
+            f"(2 processes), val_macro_f1 {a['val_macro_f1']!r} vs {b['val_macro_f1']!r}"
+        )
         np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-5)
         np.testing.assert_allclose(b["val_macro_f1"], a["val_macro_f1"], atol=1e-6)
     assert got["final"]["validation"] == pytest.approx(expected["final"]["validation"])
@@ -206,16 +257,19 @@ def test_only_process_zero_writes(jobs):
 
 
 def test_a_killed_process_ends_the_job_and_the_restart_resumes(jobs):
-    (code, err), = jobs["survivors"]
-    print(f"process 0 exited with {code} {jobs['exit_seconds']:.1f} s after process 1 was "
-          f"killed (heartbeat timeout {HEARTBEAT_TIMEOUT} s)")
+    ((code, err),) = jobs["survivors"]
+    print(
+        f"process 0 exited with {code} {jobs['exit_seconds']:.1f} s after process 1 was "
+        f"killed (heartbeat timeout {HEARTBEAT_TIMEOUT} s)"
+    )
     # One line and exit 2 (issue 28: it was a traceback, then JAX's C++ stack trace and
     # SIGABRT once the heartbeat timed out), before the heartbeat timeout.
     assert code == 2, err[-3000:]
     assert "Traceback" not in err and "stack trace" not in err, err[-3000:]
     assert [line for line in err.splitlines() if "error" in line.lower()] == [
         "bertkit: error: process 1 of 2 stopped mid-run (its connection closed); run the same "
-        "command on every process again to resume"], err[-3000:]
+        "command on every process again to resume"
+    ], err[-3000:]
     assert jobs["exit_seconds"] < HEARTBEAT_TIMEOUT
     killed = jobs["killed"]
     for code, _, err in jobs["restarted"]:
@@ -231,14 +285,23 @@ def test_a_killed_process_ends_the_job_and_the_restart_resumes(jobs):
     assert resumed["final"]["validation"] == pytest.approx(uninterrupted["final"]["validation"])
 
 
-GLOO_ERROR = ("UNKNOWN: Gloo AllGather failed: [external/gloo/gloo/transport/tcp/pair.cc:547] "
-              "Connection closed by peer [127.0.0.1]:52123")  # the survivor's, word for word
+GLOO_ERROR = (
+    "UNKNOWN: Gloo AllGather failed: [external/gloo/gloo/transport/tcp/pair.cc:547] "
+    "Connection closed by peer [127.0.0.1]:52123"
+)  # the survivor's, word for word
 
 
-@pytest.mark.parametrize("processes, index, who", [
-    (2, 0, "process 1 of 2"), (2, 1, "process 0 of 2"), (3, 1, "another of the job's 3 processes")])
-def test_a_collective_broken_by_a_stopped_process_ends_in_one_line(monkeypatch, capsys, processes,
-                                                                   index, who):
+@pytest.mark.parametrize(
+    "processes, index, who",
+    [
+        (2, 0, "process 1 of 2"),
+        (2, 1, "process 0 of 2"),
+        (3, 1, "another of the job's 3 processes"),
+    ],
+)
+def test_a_collective_broken_by_a_stopped_process_ends_in_one_line(
+    monkeypatch, capsys, processes, index, who
+):
     from bertkit.parallel import multi_process
 
     def exit_now(code):
@@ -255,7 +318,8 @@ def test_a_collective_broken_by_a_stopped_process_ends_in_one_line(monkeypatch, 
     assert ended.value.code == 2
     assert capsys.readouterr().err == (
         f"bertkit: error: {who} stopped mid-run (its connection closed); run the same command "
-        "on every process again to resume\n")
+        "on every process again to resume\n"
+    )
     with pytest.raises(ValueError, match="shapes"), multi_process.stopped_process_ends_job():
         raise ValueError("incompatible shapes")  # any other error is left as it is
     monkeypatch.setattr(multi_process, "process_count", lambda: 1)
@@ -273,7 +337,8 @@ def finetune_command(argv, capsys) -> tuple[int, str]:
 TENSORFLOW_REFUSAL = (
     "training over several processes needs the JAX backend (KERAS_BACKEND=jax): "
     "TensorFlow's MultiWorkerMirroredStrategy does not train Keras 3 models "
-    "(keras-team/keras#20585)")
+    "(keras-team/keras#20585)"
+)
 
 
 def test_several_processes_on_tensorflow_are_one_line_pointing_to_jax(capsys, monkeypatch):
@@ -281,12 +346,19 @@ def test_several_processes_on_tensorflow_are_one_line_pointing_to_jax(capsys, mo
 
     if keras.backend.backend() != "tensorflow":
         pytest.skip("the refusal is the TensorFlow backend's")
-    code, err = finetune_command(["--coordinator", "10.0.0.1:1234", "--num-processes", "2",
-                                  "--process-id", "1"], capsys)
+    code, err = finetune_command(
+        ["--coordinator", "10.0.0.1:1234", "--num-processes", "2", "--process-id", "1"], capsys
+    )
     assert (code, err) == (2, f"bertkit: error: --num-processes: {TENSORFLOW_REFUSAL}")
-    monkeypatch.setenv("TF_CONFIG", json.dumps({
-        "cluster": {"worker": ["10.0.0.1:1234", "10.0.0.2:1234"]},
-        "task": {"type": "worker", "index": 0}}))
+    monkeypatch.setenv(
+        "TF_CONFIG",
+        json.dumps(
+            {
+                "cluster": {"worker": ["10.0.0.1:1234", "10.0.0.2:1234"]},
+                "task": {"type": "worker", "index": 0},
+            }
+        ),
+    )
     code, err = finetune_command([], capsys)
     assert (code, err) == (2, f"bertkit: error: TF_CONFIG: {TENSORFLOW_REFUSAL}")
 
@@ -294,12 +366,16 @@ def test_several_processes_on_tensorflow_are_one_line_pointing_to_jax(capsys, mo
 def test_a_missing_process_setting_names_its_option(capsys, monkeypatch):
     monkeypatch.setenv("KERAS_DISTRIBUTION_NUM_PROCESSES", "2")
     code, err = finetune_command(["--coordinator", "127.0.0.1:1234"], capsys)
-    assert (code, err) == (2, "bertkit: error: --process-id: a job of several processes needs "
-                              "--process-id (or KERAS_DISTRIBUTION_PROCESS_ID)")
-    code, err = finetune_command(["--coordinator", "127.0.0.1:1234", "--process-id", "2"],
-                                 capsys)
-    assert (code, err) == (2, "bertkit: error: --process-id: expected 0 to 1 for 2 processes, "
-                              "got 2")
+    assert (code, err) == (
+        2,
+        "bertkit: error: --process-id: a job of several processes needs "
+        "--process-id (or KERAS_DISTRIBUTION_PROCESS_ID)",
+    )
+    code, err = finetune_command(["--coordinator", "127.0.0.1:1234", "--process-id", "2"], capsys)
+    assert (code, err) == (
+        2,
+        "bertkit: error: --process-id: expected 0 to 1 for 2 processes, got 2",
+    )
 
 
 @pytest.mark.parametrize("environment", [False, True], ids=["option", "variable"])
@@ -310,8 +386,11 @@ def test_a_coordinator_without_a_port_is_one_line(capsys, monkeypatch, environme
     else:
         key, argv = "--coordinator", ["--coordinator", "garbage"]
     code, err = finetune_command([*argv, "--num-processes", "2", "--process-id", "0"], capsys)
-    assert (code, err) == (2, f"bertkit: error: {key}: expected HOST:PORT, process 0's address "
-                              "(e.g. 10.0.0.1:1234), got 'garbage'")
+    assert (code, err) == (
+        2,
+        f"bertkit: error: {key}: expected HOST:PORT, process 0's address "
+        "(e.g. 10.0.0.1:1234), got 'garbage'",
+    )
 
 
 def test_a_missing_process_ends_the_wait_with_one_line(tmp_path):
@@ -323,13 +402,31 @@ def test_a_missing_process_ends_the_wait_with_one_line(tmp_path):
     started = time.time()
     # The processes gather before the recipe is read: it need not exist here.
     result = subprocess.run(
-        [sys.executable, "-m", "bertkit.cli", "finetune", "recipe.yaml", "--coordinator",
-         f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", "1",
-         "--startup-timeout", "3"], cwd=tmp_path, env=env, capture_output=True, text=True,
-        timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "bertkit.cli",
+            "finetune",
+            "recipe.yaml",
+            "--coordinator",
+            f"127.0.0.1:{port}",
+            "--num-processes",
+            "2",
+            "--process-id",
+            "1",
+            "--startup-timeout",
+            "3",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert time.time() - started < 60
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [
         f"waiting for 2 processes at 127.0.0.1:{port} (this is process 1; giving up after 3 s)",
         f"bertkit: error: --startup-timeout: the job's 2 processes did not all start within 3 s; "
-        f"start every process (--process-id 0 to 1), with process 0 at 127.0.0.1:{port}"]
+        f"start every process (--process-id 0 to 1), with process 0 at 127.0.0.1:{port}",
+    ]

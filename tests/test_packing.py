@@ -29,13 +29,21 @@ def corpus(rows=150, seed=0):
     (-1 unlabelled) and one label per row."""
     rng = np.random.default_rng(seed)
     lengths = np.clip(rng.lognormal(2.7, 0.6, rows).astype(int), 3, 64)
-    segments = [np.where(np.arange(n) >= n // 2, 1, 0).astype(np.int32) if k % 3 == 0
-                else np.zeros(n, np.int32) for k, n in enumerate(lengths)]
-    labels = [np.where(rng.random(n) < 0.7, rng.integers(0, 3, n), -1).astype(np.int32)
-              for n in lengths]
-    columns = {"token_ids": [rng.integers(1, 60, n).astype(np.int32) for n in lengths],
-               "segment_ids": segments, "labels": labels,
-               "row_label": rng.integers(0, 2, rows).astype(np.int32)}
+    segments = [
+        np.where(np.arange(n) >= n // 2, 1, 0).astype(np.int32)
+        if k % 3 == 0
+        else np.zeros(n, np.int32)
+        for k, n in enumerate(lengths)
+    ]
+    labels = [
+        np.where(rng.random(n) < 0.7, rng.integers(0, 3, n), -1).astype(np.int32) for n in lengths
+    ]
+    columns = {
+        "token_ids": [rng.integers(1, 60, n).astype(np.int32) for n in lengths],
+        "segment_ids": segments,
+        "labels": labels,
+        "row_label": rng.integers(0, 2, rows).astype(np.int32),
+    }
     return Features(columns=columns, example_index=np.arange(rows), pad_values={"labels": -1})
 
 
@@ -45,8 +53,10 @@ def test_packed_rows_hold_each_row_whole_with_its_own_positions():
     packed = pack_batch(features, rows, PAD_LENGTHS)
     width = packed["token_ids"].shape[1]
     assert width == packing_width(int(features.lengths()[rows].max()), PAD_LENGTHS)
-    flat = {name: packed[name].reshape(-1) for name in
-            ("token_ids", "segment_ids", "labels", "position_ids", "sequence_index")}
+    flat = {
+        name: packed[name].reshape(-1)
+        for name in ("token_ids", "segment_ids", "labels", "position_ids", "sequence_index")
+    }
     seen = np.zeros(packed["token_ids"].size, bool)
     for k, row in enumerate(rows):
         start, size = packed["first_token_index"][k], features.lengths()[row]
@@ -79,9 +89,15 @@ def test_first_fit_decreasing_and_fixed_row_counts():
 
 def tiny_backbone():
     keras.utils.set_random_seed(3)
-    return keras_hub.models.BertBackbone(vocabulary_size=60, num_layers=2, num_heads=2,
-                                         hidden_dim=16, intermediate_dim=32, dropout=0.0,
-                                         max_sequence_length=64)
+    return keras_hub.models.BertBackbone(
+        vocabulary_size=60,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        intermediate_dim=32,
+        dropout=0.0,
+        max_sequence_length=64,
+    )
 
 
 def two_head_model(backbone):
@@ -98,21 +114,28 @@ def test_packed_model_gives_every_row_the_outputs_of_the_padded_model():
     assert {id(w) for w in packed_model.weights} == {id(w) for w in model.weights}
     assert json.loads(packed_model.to_json())  # what TensorBoard writes of the trained model
     (positions,) = [layer for layer in packed_model.layers if isinstance(layer, PositionsById)]
-    assert type(positions).from_config(positions.get_config()).position_embedding.name == \
-        "position_embedding"
+    assert (
+        type(positions).from_config(positions.get_config()).position_embedding.name
+        == "position_embedding"
+    )
     rows = np.arange(40)
     padded = pad_batch(features, rows, PAD_LENGTHS)
     packed = pack_batch(features, rows, PAD_LENGTHS)
     names = ("token_ids", "segment_ids", "padding_mask")
     expected = model({name: padded[name] for name in names})
-    got = packed_model({name: packed[name] for name in
-                        (*names, "position_ids", "sequence_index", "first_token_index")})
+    got = packed_model(
+        {
+            name: packed[name]
+            for name in (*names, "position_ids", "sequence_index", "first_token_index")
+        }
+    )
     np.testing.assert_allclose(got["label"], expected["label"], atol=2e-5)
     flat_tags = np.asarray(got["tags"]).reshape(-1, 3)
     for k, row in enumerate(rows):
         size, start = features.lengths()[row], packed["first_token_index"][k]
-        np.testing.assert_allclose(flat_tags[start:start + size], expected["tags"][k, :size],
-                                   atol=2e-5)
+        np.testing.assert_allclose(
+            flat_tags[start : start + size], expected["tags"][k, :size], atol=2e-5
+        )
 
 
 class TwoHeads:
@@ -121,22 +144,33 @@ class TwoHeads:
     def make_batch(self, batch, training, rng):
         inputs = {name: batch[name] for name in ("token_ids", "segment_ids", "padding_mask")}
         targets = {"tags": np.maximum(batch["labels"], 0), "label": batch["row_label"]}
-        weights = {"tags": (batch["labels"] >= 0).astype(np.float32),
-                   "label": np.ones(len(batch["row_label"]), np.float32)}
+        weights = {
+            "tags": (batch["labels"] >= 0).astype(np.float32),
+            "label": np.ones(len(batch["row_label"]), np.float32),
+        }
         return inputs, targets, weights
 
 
 def train_one_epoch(packing: bool) -> list:
-    training = TrainingConfig(epochs=1, batch_size=32, learning_rate=3e-3, warmup_ratio=0.2,
-                              max_grad_norm=0.5, batch_order="random", packing=packing)
-    batches = BatchPlan(32, bucket_lengths(64), seed=0, order="random", pad_lengths=PAD_LENGTHS,
-                        packing=packing).training_batches(TwoHeads(), corpus())
+    training = TrainingConfig(
+        epochs=1,
+        batch_size=32,
+        learning_rate=3e-3,
+        warmup_ratio=0.2,
+        max_grad_norm=0.5,
+        batch_order="random",
+        packing=packing,
+    )
+    batches = BatchPlan(
+        32, bucket_lengths(64), seed=0, order="random", pad_lengths=PAD_LENGTHS, packing=packing
+    ).training_batches(TwoHeads(), corpus())
     backbone = tiny_backbone()
     model = two_head_model(backbone)
     trained = packed_training_model(model, backbone) if packing else model
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    trained.compile(optimizer=make_optimizer(training, len(batches)),
-                    loss={"tags": loss, "label": loss})
+    trained.compile(
+        optimizer=make_optimizer(training, len(batches)), loss={"tags": loss, "label": loss}
+    )
     trained.fit(batches.as_dataset(), epochs=1, verbose=0, shuffle=False)
     return [w.numpy() for w in model.weights]
 
@@ -160,11 +194,16 @@ def write_conll(path, count, seed):
     rng = random.Random(seed)
     lines = []
     for _ in range(count):
-        words = [(w, "O") for w in rng.sample(["the", "a", "film", "was", "and", "it", "at"],
-                                              rng.randint(1, 5))]
+        words = [
+            (w, "O")
+            for w in rng.sample(["the", "a", "film", "was", "and", "it", "at"], rng.randint(1, 5))
+        ]
         at = rng.randint(0, len(words))
-        words[at:at] = [("mr", "O"), (rng.choice(["john", "bob", "ann"]), "B-PER"),
-                        (rng.choice(["smith", "jones"]), "I-PER")]
+        words[at:at] = [
+            ("mr", "O"),
+            (rng.choice(["john", "bob", "ann"]), "B-PER"),
+            (rng.choice(["smith", "jones"]), "I-PER"),
+        ]
         lines += [f"{word} NN {tag}" for word, tag in words] + [""]
     path.write_text("\n".join(lines))
 
@@ -179,15 +218,28 @@ def test_a_packed_run_trains_saves_and_serves_the_task_model(tmp_path, task):
     else:
         write_sentiment_tsv(tmp_path / "train.tsv", 240, seed=0)
         write_sentiment_tsv(tmp_path / "dev.tsv", 60, seed=1)
-        data = {"train": str(tmp_path / "train.tsv"), "validation": str(tmp_path / "dev.tsv"),
-                "text": "sentence"}
+        data = {
+            "train": str(tmp_path / "train.tsv"),
+            "validation": str(tmp_path / "dev.tsv"),
+            "text": "sentence",
+        }
         monitor, epochs = "accuracy", 6
-    recipe = {"schema": 1, "task": task,
-              "backbone": {"preset": str(write_tiny_checkpoint(tmp_path / "ckpt")),
-                           "sequence_length": 48},
-              "data": data,
-              "training": {"epochs": epochs, "batch_size": 16, "learning_rate": 3e-3,
-                           "batch_order": "random", "packing": True}}
+    recipe = {
+        "schema": 1,
+        "task": task,
+        "backbone": {
+            "preset": str(write_tiny_checkpoint(tmp_path / "ckpt")),
+            "sequence_length": 48,
+        },
+        "data": data,
+        "training": {
+            "epochs": epochs,
+            "batch_size": 16,
+            "learning_rate": 3e-3,
+            "batch_order": "random",
+            "packing": True,
+        },
+    }
     model = bertkit.finetune(recipe, output_dir=tmp_path / "run", verbose=0)
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["epochs"][-1]["loss"] < metrics["epochs"][0]["loss"]
@@ -201,8 +253,13 @@ def test_a_packed_run_trains_saves_and_serves_the_task_model(tmp_path, task):
 
 
 def recipe_with(task="classification", **training):
-    return {"schema": 1, "task": task, "backbone": {"preset": "bert_tiny_en_uncased"},
-            "data": {"train": "train.tsv"}, "training": training}
+    return {
+        "schema": 1,
+        "task": task,
+        "backbone": {"preset": "bert_tiny_en_uncased"},
+        "data": {"train": "train.tsv"},
+        "training": training,
+    }
 
 
 def test_packing_is_refused_where_it_cannot_work():

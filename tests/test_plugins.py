@@ -16,10 +16,17 @@ EXAMPLE = Path(__file__).parent.parent / "examples" / "bertkit-regression"
 
 
 def bertkit_cli(args, site, **kwargs):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get(
-        "PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "bertkit.cli", *args], capture_output=True,
-                          text=True, env=env, **kwargs)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "bertkit.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        **kwargs,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -27,9 +34,23 @@ def site(tmp_path_factory):
     """The README's example plugin installed as a separate distribution, plus a broken one."""
     site = tmp_path_factory.mktemp("site")
     source = shutil.copytree(EXAMPLE, tmp_path_factory.mktemp("src") / EXAMPLE.name)
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--no-compile", "--target", str(site), str(source)],
-                   check=True, capture_output=True)  # a copy: building writes into the source
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-compile",
+            "--target",
+            str(site),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )  # a copy: building writes into the source
     broken = site / "broken_plugin-1.0.dist-info"
     broken.mkdir()
     (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
@@ -44,8 +65,10 @@ def test_tasks_lists_plugins_and_reports_a_broken_one(site):
     lines = {line.split()[0]: line for line in result.stdout.splitlines()}
     assert "[bertkit-regression 0.1.0]" in lines["regression"]
     assert "classification" in lines
-    assert lines["broken"] == ("broken           FAILED TO LOAD (broken_plugin:Task, from "
-                               "broken-plugin 1.0): ImportError: needs a missing library")
+    assert lines["broken"] == (
+        "broken           FAILED TO LOAD (broken_plugin:Task, from "
+        "broken-plugin 1.0): ImportError: needs a missing library"
+    )
 
 
 def test_broken_plugin_is_a_one_line_user_error(site, tmp_path):
@@ -53,21 +76,29 @@ def test_broken_plugin_is_a_one_line_user_error(site, tmp_path):
     recipe.write_text("schema: 1\ntask: broken\nbackbone: {preset: x}\ndata: {train: t.tsv}\n")
     result = bertkit_cli(["check", str(recipe)], site)
     assert result.returncode == 2
-    assert result.stderr == (f"bertkit: error: {recipe}:2: task: task plugin 'broken' "
-                             "(broken_plugin:Task, from broken-plugin 1.0) failed to import: "
-                             "ImportError: needs a missing library\n")
+    assert result.stderr == (
+        f"bertkit: error: {recipe}:2: task: task plugin 'broken' "
+        "(broken_plugin:Task, from broken-plugin 1.0) failed to import: "
+        "ImportError: needs a missing library\n"
+    )
 
 
 def test_example_plugin_trains_predicts_and_exports(site, tmp_path):
     write_tiny_checkpoint(tmp_path / "ckpt")
     rows = ["text\tscore"] + [f"{'good ' * (i % 4)}film\t{i % 4}" for i in range(64)]
     (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
-    (tmp_path / "r.yaml").write_text(yaml.safe_dump({
-        "schema": 1, "task": "regression",
-        "backbone": {"preset": "./ckpt", "sequence_length": 16},
-        "data": {"train": "train.tsv", "validation": "train.tsv"},
-        "training": {"epochs": 3, "batch_size": 8, "learning_rate": 3e-3},
-        "output_dir": "run"}))
+    (tmp_path / "r.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "schema": 1,
+                "task": "regression",
+                "backbone": {"preset": "./ckpt", "sequence_length": 16},
+                "data": {"train": "train.tsv", "validation": "train.tsv"},
+                "training": {"epochs": 3, "batch_size": 8, "learning_rate": 3e-3},
+                "output_dir": "run",
+            }
+        )
+    )
     result = bertkit_cli(["finetune", str(tmp_path / "r.yaml")], site)
     assert result.returncode == 0, result.stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -82,8 +113,13 @@ def test_example_plugin_passes_the_contract_test(site, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(site))  # the entry point is found on sys.path
     rows = ["text\tscore"] + [f"{'good ' * (i % 4)}film\t{i % 4}" for i in range(32)]
     (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
-    run_task_contract_test("regression", tmp_path / "train.tsv", directory=tmp_path,
-                           inputs=["good good film", "film"], bad_input=42)
+    run_task_contract_test(
+        "regression",
+        tmp_path / "train.tsv",
+        directory=tmp_path,
+        inputs=["good good film", "film"],
+        bad_input=42,
+    )
 
 
 def test_readme_shows_the_example_plugin_verbatim():

@@ -30,13 +30,24 @@ TIMING = {"train_seconds", "eval_seconds"}
 
 def write_recipe(folder, output: str, **training) -> str:
     path = folder / f"{output}.yaml"
-    path.write_text(yaml.safe_dump({
-        "schema": 1, "task": "classification",
-        "backbone": {"preset": "ckpt", "sequence_length": 16},
-        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
-        "training": {"epochs": 2, "batch_size": 4, "learning_rate": 3e-3,
-                     "batch_order": "random", **training},
-        "output_dir": output}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "schema": 1,
+                "task": "classification",
+                "backbone": {"preset": "ckpt", "sequence_length": 16},
+                "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+                "training": {
+                    "epochs": 2,
+                    "batch_size": 4,
+                    "learning_rate": 3e-3,
+                    "batch_order": "random",
+                    **training,
+                },
+                "output_dir": output,
+            }
+        )
+    )
     return str(path)
 
 
@@ -79,8 +90,9 @@ def weights(run) -> list:
 
     arrays = []
     with h5py.File(run / "model" / "model.weights.h5") as file:
-        file.visititems(lambda name, item: arrays.append((name, item[()]))
-                        if hasattr(item, "shape") else None)
+        file.visititems(
+            lambda name, item: arrays.append((name, item[()])) if hasattr(item, "shape") else None
+        )
     return arrays
 
 
@@ -89,8 +101,7 @@ def checkpoint_at(run) -> tuple[int, int]:
     return committed["epoch"], committed["step"]
 
 
-def test_sigterm_mid_epoch_saves_the_step_and_the_run_resumes_exactly(folder, monkeypatch,
-                                                                     capsys):
+def test_sigterm_mid_epoch_saves_the_step_and_the_run_resumes_exactly(folder, monkeypatch, capsys):
     from bertkit.cli import main
 
     monkeypatch.setattr(run_steps, "export_run", lambda run, finetuned: None)
@@ -99,20 +110,23 @@ def test_sigterm_mid_epoch_saves_the_step_and_the_run_resumes_exactly(folder, mo
     finetune, handler = bertkit.finetune, signal.getsignal(signal.SIGTERM)
 
     # the command, stopped as step 7 of epoch 1 ends
-    monkeypatch.setattr(bertkit, "finetune", lambda *args, **kwargs: finetune(
-        *args, callbacks=[SigtermAt(0, 7)], **kwargs))
+    monkeypatch.setattr(
+        bertkit,
+        "finetune",
+        lambda *args, **kwargs: finetune(*args, callbacks=[SigtermAt(0, 7)], **kwargs),
+    )
     capsys.readouterr()
     assert main(["finetune", recipe]) == 143
     assert capsys.readouterr().err == (
-        "bertkit: stopped by SIGTERM at epoch 1 step 7; run the same command again to resume\n")
+        "bertkit: stopped by SIGTERM at epoch 1 step 7; run the same command again to resume\n"
+    )
     assert checkpoint_at(run) == (0, 7)
     monkeypatch.setattr(bertkit, "finetune", finetune)
 
     # resumed at that step, stopped again in its second fit (epoch 2); the API raises
     with pytest.raises(bertkit.Preempted) as stopped:
         bertkit.finetune(recipe, verbose=0, callbacks=[SigtermAt(1, 4)])
-    assert (str(stopped.value), stopped.value.code) == ("stopped by SIGTERM at epoch 2 step 4",
-                                                        143)
+    assert (str(stopped.value), stopped.value.code) == ("stopped by SIGTERM at epoch 2 step 4", 143)
     assert isinstance(stopped.value, SystemExit)  # `except Exception` does not swallow it
     assert checkpoint_at(run) == (1, 4)
     assert signal.getsignal(signal.SIGTERM) is handler  # the one before comes back
@@ -129,9 +143,13 @@ def test_sigterm_mid_epoch_saves_the_step_and_the_run_resumes_exactly(folder, mo
 
 def test_sigterm_from_outside_exits_143_with_one_line_and_a_checkpoint(folder):
     recipe = write_recipe(folder, "killed", epochs=30, checkpoint_every_steps=5)
-    process = subprocess.Popen([sys.executable, "-m", "bertkit.cli", "finetune", recipe],
-                               cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bertkit.cli", "finetune", recipe],
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     committed = folder / "killed" / "checkpoint" / "training_metadata.json"
     deadline = time.time() + 120
     while not committed.exists() and process.poll() is None and time.time() < deadline:
@@ -139,8 +157,11 @@ def test_sigterm_from_outside_exits_143_with_one_line_and_a_checkpoint(folder):
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=120) == 143
     stderr = process.stderr.read()
-    assert re.fullmatch(r"bertkit: stopped by SIGTERM (at epoch \d+ step \d+|after epoch \d+); "
-                        r"run the same command again to resume\n", stderr), stderr
+    assert re.fullmatch(
+        r"bertkit: stopped by SIGTERM (at epoch \d+ step \d+|after epoch \d+); "
+        r"run the same command again to resume\n",
+        stderr,
+    ), stderr
     epoch, step = checkpoint_at(folder / "killed")
     assert f"epoch {epoch + 1} step {step}" in stderr or f"after epoch {epoch}" in stderr
     assert json.loads((folder / "killed" / "run.json").read_text())["status"] == "running"
@@ -166,18 +187,32 @@ def test_checkpoint_every_minutes_saves_mid_epoch(tmp_path):
     assert json.loads((tmp_path / "training_metadata.json").read_text())["step"] == 2
 
 
-@pytest.mark.parametrize(("setting", "message"), [
-    ("checkpoint_every_steps=0", "training.checkpoint_every_steps: must be at least 1, got 0"),
-    ("checkpoint_every_steps=often",
-     "training.checkpoint_every_steps: expected an integer, got 'often'"),
-    ("checkpoint_every_minutes=0",
-     "training.checkpoint_every_minutes: must be greater than 0.0, got 0.0"),
-    ("checkpoint_every=5", "training.checkpoint_every: unknown key 'checkpoint_every'; "
-                           "did you mean 'checkpoint_every_steps'?"),
-])
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("checkpoint_every_steps=0", "training.checkpoint_every_steps: must be at least 1, got 0"),
+        (
+            "checkpoint_every_steps=often",
+            "training.checkpoint_every_steps: expected an integer, got 'often'",
+        ),
+        (
+            "checkpoint_every_minutes=0",
+            "training.checkpoint_every_minutes: must be greater than 0.0, got 0.0",
+        ),
+        (
+            "checkpoint_every=5",
+            "training.checkpoint_every: unknown key 'checkpoint_every'; "
+            "did you mean 'checkpoint_every_steps'?",
+        ),
+    ],
+)
 def test_checkpoint_every_is_checked_with_one_line_naming_the_key(setting, message):
-    recipe = {"schema": 1, "task": "classification", "backbone": {"preset": "bert_tiny_en_uncased"},
-              "data": {"train": "train.tsv"}}
+    recipe = {
+        "schema": 1,
+        "task": "classification",
+        "backbone": {"preset": "bert_tiny_en_uncased"},
+        "data": {"train": "train.tsv"},
+    }
     with pytest.raises(UserError) as error:
         load_recipe(recipe, [f"training.{setting}"])
     assert str(error.value) == f"--set: {message}"

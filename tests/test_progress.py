@@ -12,13 +12,20 @@ from bertkit.progress import Cadence, CountProgress
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
 from bertkit.training.step_callbacks import TrainingProgress
 
-LINE = re.compile(r"^epoch (\d+)/2  step (\d+)/(\d+) \(\d+%\)  loss \d+\.\d{4}  lr \S+  "
-                  r"\d+\.\d seq/s  eta \d+:\d\d$")
+LINE = re.compile(
+    r"^epoch (\d+)/2  step (\d+)/(\d+) \(\d+%\)  loss \d+\.\d{4}  lr \S+  "
+    r"\d+\.\d seq/s  eta \d+:\d\d$"
+)
 
 
 def bertkit(*args, cwd=None, input=None):
-    return subprocess.run([sys.executable, "-m", "bertkit.cli", *args], capture_output=True,
-                          text=True, cwd=cwd, input=input)
+    return subprocess.run(
+        [sys.executable, "-m", "bertkit.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        input=input,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -28,12 +35,18 @@ def run(tmp_path_factory):
     write_tiny_checkpoint(tmp_path / "ckpt", num_layers=1, hidden_size=16, intermediate_size=32)
     write_sentiment_tsv(tmp_path / "train.tsv", 80, seed=0)
     write_sentiment_tsv(tmp_path / "dev.tsv", 12, seed=1)
-    (tmp_path / "r.yaml").write_text(yaml.safe_dump({
-        "schema": 1, "task": "classification",
-        "backbone": {"preset": "ckpt", "sequence_length": 16},
-        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
-        "training": {"epochs": 2, "batch_size": 4, "learning_rate": 1e-3},
-        "output_dir": "run"}))
+    (tmp_path / "r.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "schema": 1,
+                "task": "classification",
+                "backbone": {"preset": "ckpt", "sequence_length": 16},
+                "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+                "training": {"epochs": 2, "batch_size": 4, "learning_rate": 1e-3},
+                "output_dir": "run",
+            }
+        )
+    )
     result = bertkit("finetune", "r.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     return tmp_path, result
@@ -74,8 +87,7 @@ class _Clock:
 
 def test_a_line_every_30_seconds_when_tenths_are_slow(capsys):
     clock = _Clock()
-    progress = TrainingProgress(steps_per_epoch=1000, epochs=1, sequences_per_step=32,
-                                clock=clock)
+    progress = TrainingProgress(steps_per_epoch=1000, epochs=1, sequences_per_step=32, clock=clock)
 
     class Model:
         class optimizer:
@@ -114,8 +126,13 @@ def test_the_run_has_a_report_with_the_task_section_and_a_model_card(run):
     assert "(40 points, in `steps.json`)" in report
     card = (tmp_path / "run" / "README.md").read_text()
     assert "| train | `train.tsv` | 80 |" in card and "| validation | `dev.tsv` | 12 |" in card
-    for heading in ("## Base model", "## Training recipe", "## Metrics", "## Intended use",
-                    "## Limits"):
+    for heading in (
+        "## Base model",
+        "## Training recipe",
+        "## Metrics",
+        "## Intended use",
+        "## Limits",
+    ):
         assert heading in card
     for name in ("learning_curve.png", "confusion_matrix.png", "misclassified.tsv"):
         assert (tmp_path / "run" / name).stat().st_size > 0
@@ -125,11 +142,23 @@ def test_the_run_has_a_report_with_the_task_section_and_a_model_card(run):
 
 # ---- predict and evaluate: what users of transformers and spaCy reach for
 
+
 def test_predict_reads_a_column_with_top_k_and_progress_on_stderr(run):
     tmp_path, _ = run
     write_sentiment_tsv(tmp_path / "many.tsv", 100, seed=5)
-    result = bertkit("predict", "run", "--input", "many.tsv", "--column", "sentence",
-                     "--top-k", "2", "--batch-size", "8", cwd=tmp_path)
+    result = bertkit(
+        "predict",
+        "run",
+        "--input",
+        "many.tsv",
+        "--column",
+        "sentence",
+        "--top-k",
+        "2",
+        "--batch-size",
+        "8",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     predictions = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(predictions) == 100  # neither the header nor the gold label is predicted
@@ -144,19 +173,32 @@ def test_predict_pair_column_from_json_lines_and_empty_cells(run):
     tmp_path, _ = run
     rows = [{"a": "good film", "b": "fine"}, {"a": "", "b": "x"}, {"a": "dull", "b": "bad"}]
     (tmp_path / "pairs.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    result = bertkit("predict", "run", "--column", "a", "--pair-column", "b", "--format",
-                     "jsonl", cwd=tmp_path, input=(tmp_path / "pairs.jsonl").read_text())
+    result = bertkit(
+        "predict",
+        "run",
+        "--column",
+        "a",
+        "--pair-column",
+        "b",
+        "--format",
+        "jsonl",
+        cwd=tmp_path,
+        input=(tmp_path / "pairs.jsonl").read_text(),
+    )
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(lines) == 3 and lines[1] == {"error": "input 2: empty input"}
     assert "label" in lines[0] and "label" in lines[2]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--column", "text"], "dev.tsv:2: missing column 'text' (columns: sentence, label)"),
-    (["--pair-column", "label"], "--pair-column needs --column"),
-    (["--output", "dev.tsv"], "dev.tsv: exists; pass --overwrite to replace it"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--column", "text"], "dev.tsv:2: missing column 'text' (columns: sentence, label)"),
+        (["--pair-column", "label"], "--pair-column needs --column"),
+        (["--output", "dev.tsv"], "dev.tsv: exists; pass --overwrite to replace it"),
+    ],
+)
 def test_predict_option_errors_are_one_line(run, args, message):
     tmp_path, _ = run
     result = bertkit("predict", "run", "--input", "dev.tsv", *args, cwd=tmp_path)
@@ -187,8 +229,9 @@ def test_predict_stream_yields_batches_in_order(run):
     model = api.load(tmp_path / "run")
     texts = ["good film", "dull meal", None, "a lovely cast", "grim"]
     done = []
-    streamed = list(model.predict_stream(texts, batch_size=2, errors="report",
-                                         progress=done.append))
+    streamed = list(
+        model.predict_stream(texts, batch_size=2, errors="report", progress=done.append)
+    )
     assert done == [2, 4, 5]
     assert streamed[2] == {"error": "input 3: empty input"}
     expected = model.predict(texts, errors="report")

@@ -19,8 +19,16 @@ TOKENIZER = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]"], True)
 
 def test_answer_positions_only_in_windows_that_hold_it_whole():
     context = (np.arange(10, 20), np.arange(10), np.arange(10) + 1)
-    rows = question_window_rows(np.array([7, 8]), context, (3, 5), cls_id=2, sep_id=3,
-                                sequence_length=9, doc_stride=2, training=False)
+    rows = question_window_rows(
+        np.array([7, 8]),
+        context,
+        (3, 5),
+        cls_id=2,
+        sep_id=3,
+        sequence_length=9,
+        doc_stride=2,
+        training=False,
+    )
     # 4 context pieces per window ([CLS] q q [SEP] .... [SEP]): (0, 4), (2, 6), (4, 8), (6, 10)
     targets = [(row["start_positions"], row["end_positions"]) for row in rows]
     assert targets == [(0, 0), (5, 7), (0, 0), (0, 0)]
@@ -29,11 +37,22 @@ def test_answer_positions_only_in_windows_that_hold_it_whole():
 
 
 def test_answer_text_in_characters_and_empty_when_not_answered():
-    windows = graph_question_windows(TOKENIZER, tf.ragged.constant([[7], [7]], tf.int64),
-                                     tf.ragged.constant([[10, 11], [12]], tf.int64), 16, 8)
+    windows = graph_question_windows(
+        TOKENIZER,
+        tf.ragged.constant([[7], [7]], tf.int64),
+        tf.ragged.constant([[10, 11], [12]], tf.int64),
+        16,
+        8,
+    )
     texts, starts, ends = graph_answer_text(  # "Zoë runs" at positions 3-4 of window 0
-        tf.constant(["Zoë runs", "none"]), tf.ragged.constant([[0, 5], [0]], tf.int64),
-        tf.ragged.constant([[4, 9], [4]], tf.int64), windows, tf.constant([0, 1]),
-        tf.constant([3, 0]), tf.constant([4, 0]), tf.constant([True, False]))
+        tf.constant(["Zoë runs", "none"]),
+        tf.ragged.constant([[0, 5], [0]], tf.int64),
+        tf.ragged.constant([[4, 9], [4]], tf.int64),
+        windows,
+        tf.constant([0, 1]),
+        tf.constant([3, 0]),
+        tf.constant([4, 0]),
+        tf.constant([True, False]),
+    )
     assert [t.decode() for t in texts.numpy()] == ["Zoë runs", ""]
     assert starts.numpy().tolist()[0] == 0 and ends.numpy().tolist()[0] == 8

@@ -22,18 +22,29 @@ from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
 
 def write_recipe(tmp_path, output, **training):
     path = tmp_path / f"{output}.yaml"
-    path.write_text(yaml.safe_dump({
-        "schema": 1, "task": "classification",
-        "backbone": {"preset": "ckpt", "sequence_length": 32},
-        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
-        "training": {"epochs": 3, "batch_size": 4, "learning_rate": 1e-3, **training},
-        "output_dir": output}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "schema": 1,
+                "task": "classification",
+                "backbone": {"preset": "ckpt", "sequence_length": 32},
+                "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+                "training": {"epochs": 3, "batch_size": 4, "learning_rate": 1e-3, **training},
+                "output_dir": output,
+            }
+        )
+    )
     return path
 
 
 def finetune(recipe, **popen):
-    return subprocess.Popen([sys.executable, "-m", "bertkit.cli", "finetune", str(recipe)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bertkit.cli", "finetune", str(recipe)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
 
 
 def test_kill_9_mid_epoch_then_resume_gives_the_same_metrics(tmp_path):
@@ -60,8 +71,11 @@ def kill_9_mid_epoch_then_resume(tmp_path, training=None, **popen):
     committed = tmp_path / "interrupted" / "checkpoint" / "training_metadata.json"
     deadline = time.time() + 240
     while time.time() < deadline and process.poll() is None:
-        if committed.exists() and json.loads(committed.read_text())["epoch"] >= 1 \
-                and json.loads(committed.read_text())["step"] > 0:
+        if (
+            committed.exists()
+            and json.loads(committed.read_text())["epoch"] >= 1
+            and json.loads(committed.read_text())["step"] > 0
+        ):
             break
         time.sleep(0.05)
     assert process.poll() is None, "the run ended before it could be interrupted"
@@ -153,8 +167,9 @@ def test_checkpoint_weights_and_position_are_committed_together(tmp_path, monkey
     backup.on_epoch_end(1)  # committed this time; the older weights file is removed
     position, got = restored()
     assert position == (2, 0) and np.array_equal(got[0], weights_of(trained)[0])
-    assert [p.name for p in (tmp_path / "checkpoint").glob("*.weights.h5")] \
-        == ["epoch-2-step-0.weights.h5"]
+    assert [p.name for p in (tmp_path / "checkpoint").glob("*.weights.h5")] == [
+        "epoch-2-step-0.weights.h5"
+    ]
 
 
 def test_the_last_epoch_is_not_backed_up(tmp_path):
@@ -165,7 +180,9 @@ def test_the_last_epoch_is_not_backed_up(tmp_path):
     backup.set_params({"epochs": 2})
     backup.on_epoch_end(0)
     assert [p.name for p in (tmp_path / "checkpoint").glob("*.weights.h5")] == [
-        "epoch-1-step-0.weights.h5"]
+        "epoch-1-step-0.weights.h5"
+    ]
     backup.on_epoch_end(1)  # training ends here: the run then records itself trained
     assert [p.name for p in (tmp_path / "checkpoint").glob("*.weights.h5")] == [
-        "epoch-1-step-0.weights.h5"]
+        "epoch-1-step-0.weights.h5"
+    ]

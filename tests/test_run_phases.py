@@ -27,11 +27,17 @@ def test_final_metrics_are_the_best_epochs_without_evaluating_again(tmp_path, mo
         return predict_rows(task, model, features, *args)
 
     monkeypatch.setattr(bertkit.serving.inference, "predict_rows", counted)
-    recipe = {"schema": 1, "task": "classification",
-              "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
-              "data": {"train": str(tmp_path / "train.tsv"),
-                       "validation": str(tmp_path / "dev.tsv"), "text": "sentence"},
-              "training": {"epochs": EPOCHS, "batch_size": 16, "learning_rate": 3e-3}}
+    recipe = {
+        "schema": 1,
+        "task": "classification",
+        "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
+        "data": {
+            "train": str(tmp_path / "train.tsv"),
+            "validation": str(tmp_path / "dev.tsv"),
+            "text": "sentence",
+        },
+        "training": {"epochs": EPOCHS, "batch_size": 16, "learning_rate": 3e-3},
+    }
     created_in_a_trace = []
 
     def creator(next_creator, **kwargs):
@@ -50,11 +56,23 @@ def test_final_metrics_are_the_best_epochs_without_evaluating_again(tmp_path, mo
     best = metrics["epochs"][run["best_epoch"] - 1]
     final = metrics["final"]["validation"]
     assert {f"val_{name}": value for name, value in final.items()} == pytest.approx(
-        {name: value for name, value in best.items() if name.startswith("val_")})
+        {name: value for name, value in best.items() if name.startswith("val_")}
+    )
     phases = run["phases"]
-    for name in ("read", "load_backbone", "featurize", "build_model", "first_step",
-                 "train_steps", "evaluation", "fit_overhead", "final_evaluation", "report",
-                 "export", "total"):
+    for name in (
+        "read",
+        "load_backbone",
+        "featurize",
+        "build_model",
+        "first_step",
+        "train_steps",
+        "evaluation",
+        "fit_overhead",
+        "final_evaluation",
+        "report",
+        "export",
+        "total",
+    ):
         assert phases[name] >= 0, name
     assert sum(v for k, v in phases.items() if k != "total") <= phases["total"] + 0.01
 

@@ -18,13 +18,18 @@ from bertkit_tasks.classification.task import ClassificationTask, TextExample
 
 
 def recipe(folder, **training):
-    return {"schema": 1, "task": "classification",
-            "backbone": {"preset": str(folder / "ckpt"), "sequence_length": 16},
-            "data": {"train": str(folder / "train.tsv"), "validation": str(folder / "dev.tsv"),
-                     "text": "sentence"},
-            "training": {"epochs": 1, "batch_size": 8, "learning_rate": 1e-3, "seeds": 2,
-                         **training},
-            "output_dir": str(folder / "run")}
+    return {
+        "schema": 1,
+        "task": "classification",
+        "backbone": {"preset": str(folder / "ckpt"), "sequence_length": 16},
+        "data": {
+            "train": str(folder / "train.tsv"),
+            "validation": str(folder / "dev.tsv"),
+            "text": "sentence",
+        },
+        "training": {"epochs": 1, "batch_size": 8, "learning_rate": 1e-3, "seeds": 2, **training},
+        "output_dir": str(folder / "run"),
+    }
 
 
 class CountFits(keras.callbacks.Callback):
@@ -59,8 +64,10 @@ def seeds_run(tmp_path_factory):
         patch.setattr(ClassificationTask, "baseline", lambda self, examples: (1.0, "unreachable"))
         with pytest.raises(SystemExit):
             bertkit.finetune(recipe(folder), verbose=0, callbacks=[CountFits(stop_at=2)])
-        killed = {name: json.loads((folder / "run" / name).read_text())
-                  for name in ("run.json", "metrics.json")}
+        killed = {
+            name: json.loads((folder / "run" / name).read_text())
+            for name in ("run.json", "metrics.json")
+        }
         rerun = CountFits()
         model = bertkit.finetune(recipe(folder), verbose=0, callbacks=[rerun])
     return folder / "run", killed, rerun.fits, model
@@ -89,8 +96,9 @@ def test_the_aggregate_is_the_mean_and_sample_sd_of_the_seeds(seeds_run):
     for name in ("accuracy", "macro_f1"):
         values = [final["validation"][name] for final in finals]
         assert metrics["mean"]["validation"][name] == pytest.approx(statistics.mean(values))
-        assert metrics["sd"]["validation"][name] == pytest.approx(statistics.stdev(values),
-                                                                  abs=1e-6)
+        assert metrics["sd"]["validation"][name] == pytest.approx(
+            statistics.stdev(values), abs=1e-6
+        )
     accuracy = [final["validation"]["accuracy"] for final in finals]
     worse = 43 if accuracy[0] == accuracy[1] else (42 if accuracy[0] < accuracy[1] else 43)
     assert metrics["kept_seed"] == worse  # the median of two: the worse one
@@ -100,8 +108,10 @@ def test_the_kept_seed_is_the_run_s_model(seeds_run):
     run, _, _, model = seeds_run
     kept = run / "seeds" / f"seed-{read(run, 'metrics.json')['kept_seed']}"
     for path in ("model/model.weights.h5", "model/task.json", "saved_model/saved_model.pb"):
-        assert os.path.samefile(run / path, kept / path) or \
-            (run / path).read_bytes() == (kept / path).read_bytes()
+        assert (
+            os.path.samefile(run / path, kept / path)
+            or (run / path).read_bytes() == (kept / path).read_bytes()
+        )
     assert model.run.path == run
     assert bertkit.load(run).predict(["What a delight."])[0]["label"] in ("positive", "negative")
 
@@ -112,7 +122,8 @@ def test_failed_seeds_are_flagged_in_one_line(seeds_run, capsys):
     assert len(metrics["failed_seeds"]) == 2
     assert metrics["failed_seeds"][0].startswith("seed 42: val_accuracy 0.")
     assert metrics["failed_seeds"][0].endswith(
-        " is below the unreachable baseline 1.000; it did not learn")
+        " is below the unreachable baseline 1.000; it did not learn"
+    )
     report = (run / "report.md").read_text()
     assert "## Mean ± sd over 2 seeds" in report and "| mean ± sd |" in report
     assert metrics["failed_seeds"][1] in report and (run / "learning_curve.png").exists()
@@ -124,7 +135,8 @@ def test_failed_seeds_are_flagged_in_one_line(seeds_run, capsys):
 
 def test_failed_seed_line_and_baselines():
     assert failed_seed_line(44, 0.5, (0.5, "majority-class"), "accuracy", "max") == (
-        "seed 44: val_accuracy 0.500 is at the majority-class baseline 0.500; it did not learn")
+        "seed 44: val_accuracy 0.500 is at the majority-class baseline 0.500; it did not learn"
+    )
     assert failed_seed_line(44, 0.51, (0.5, "majority-class"), "accuracy", "max") is None
     assert failed_seed_line(44, 0.9, None, "accuracy", "max") is None
     examples = [TextExample("a", label=label) for label in ["x", "y", "y", "y"]]
@@ -134,22 +146,28 @@ def test_failed_seed_line_and_baselines():
 
 
 def test_kept_seed_median_or_best_and_mean_sd():
-    entries = [{"seed": s, "validation": {"f1": v}} for s, v in
-               [(42, 0.7), (43, 0.9), (44, 0.8)]]
+    entries = [{"seed": s, "validation": {"f1": v}} for s, v in [(42, 0.7), (43, 0.9), (44, 0.8)]]
     assert kept_seed(entries, "f1", "max", "median") == 44
     assert kept_seed(entries, "f1", "max", "best") == 43
     assert kept_seed(entries, "loss", "min", "best") == 42  # no such metric: the first
-    mean, sd = mean_and_sd([{"validation": {"f1": 0.5, "counts": {}}, "test": {"f1": 1.0}},
-                            {"validation": {"f1": 0.7, "counts": {}}, "test": {"f1": 0.0}}])
+    mean, sd = mean_and_sd(
+        [
+            {"validation": {"f1": 0.5, "counts": {}}, "test": {"f1": 1.0}},
+            {"validation": {"f1": 0.7, "counts": {}}, "test": {"f1": 0.0}},
+        ]
+    )
     assert mean == {"validation": {"f1": 0.6}, "test": {"f1": 0.5}}
     assert sd["validation"]["f1"] == pytest.approx(0.141421, abs=1e-6)
 
 
-@pytest.mark.parametrize("training, message", [
-    ({"seeds": 0}, "training.seeds: must be at least 1, got 0"),
-    ({"seeds": 101}, "training.seeds: must be at most 100, got 101"),
-    ({"keep_seed": "mean"}, "training.keep_seed: expected one of 'median', 'best', got 'mean'"),
-])
+@pytest.mark.parametrize(
+    "training, message",
+    [
+        ({"seeds": 0}, "training.seeds: must be at least 1, got 0"),
+        ({"seeds": 101}, "training.seeds: must be at most 100, got 101"),
+        ({"keep_seed": "mean"}, "training.keep_seed: expected one of 'median', 'best', got 'mean'"),
+    ],
+)
 def test_recipe_errors_name_the_key(tmp_path, training, message):
     with pytest.raises(UserError, match=message):
         bertkit.load_recipe(recipe(tmp_path, **training))
@@ -164,19 +182,22 @@ def test_seeds_past_the_largest_seed_are_refused(tmp_path):
 
 
 def test_cli_seeds_overrides_the_recipe(tmp_path, capsys):
-    (tmp_path / "r.yaml").write_text("schema: 1\ntask: classification\nbackbone: {preset: x}\n"
-                                     "data: {train: t.tsv}\n")
+    (tmp_path / "r.yaml").write_text(
+        "schema: 1\ntask: classification\nbackbone: {preset: x}\ndata: {train: t.tsv}\n"
+    )
     assert main(["finetune", str(tmp_path / "r.yaml"), "--seeds", "0"]) == 2
     assert capsys.readouterr().err == (
-        "bertkit: error: --set: training.seeds: must be at least 1, got 0\n")
+        "bertkit: error: --set: training.seeds: must be at least 1, got 0\n"
+    )
 
 
 def test_tune_scores_a_seeds_trial_by_its_mean(tmp_path):
     from bertkit.run_dir import RunDirectory
     from bertkit.tuning.tuner import Objective
 
-    (tmp_path / "metrics.json").write_text(json.dumps({
-        "seeds": [], "mean": {"validation": {"accuracy": 0.75}}, "sd": {}}))
+    (tmp_path / "metrics.json").write_text(
+        json.dumps({"seeds": [], "mean": {"validation": {"accuracy": 0.75}}, "sd": {}})
+    )
     objective = Objective.__new__(Objective)
     objective.monitor = "accuracy"
     assert objective._final_value(RunDirectory(tmp_path)) == 0.75

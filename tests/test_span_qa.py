@@ -40,8 +40,9 @@ def qa_lines(count, seed, *, impossible_every=3):
             at = rng.randrange(len(words) + 1)
             words.insert(at, rng.choice(POSITIVE))
             answers = {"text": [words[at]], "answer_start": [len(" ".join(words[:at] + [""]))]}
-        lines.append({"id": f"q{i}", "question": QUESTION, "context": " ".join(words),
-                      "answers": answers})
+        lines.append(
+            {"id": f"q{i}", "question": QUESTION, "context": " ".join(words), "answers": answers}
+        )
     return lines
 
 
@@ -76,8 +77,9 @@ def test_long_context_windows_target_the_answer_where_it_is():
     features = task.featurize([example], training=False)
     assert len(features) == 5 and features.example_index.tolist() == [0] * 5
     assert max(features.lengths()) <= 16
-    targets = list(zip(features.columns["start_positions"], features.columns["end_positions"],
-                       strict=True))
+    targets = list(
+        zip(features.columns["start_positions"], features.columns["end_positions"], strict=True)
+    )
     assert targets == [(0, 0), (0, 0), (13, 13), (9, 9), (5, 5)]  # "smith": context piece 17
     # Windows 2-4 hold "smith"; only window 3 (most context) may start an answer there.
     logits = [np.zeros((n, 2), np.float32) for n in features.lengths()]
@@ -126,29 +128,42 @@ def run(tmp_path_factory):
     recipe = {
         "schema": 1,
         "task": {"name": "span_qa", "version": "2.0", "max_query_length": 8, "doc_stride": 8},
-        "backbone": {"preset": str(write_tiny_checkpoint(folder / "ckpt")),
-                     "sequence_length": SEQUENCE_LENGTH},
-        "data": {"train": str(write_lines(folder / "train.jsonl", qa_lines(240, seed=1))),
-                 "validation": str(write_lines(folder / "dev.jsonl", qa_lines(60, seed=2)))},
-        "training": {"epochs": 3, "batch_size": 16, "learning_rate": 3e-3, "warmup_ratio": 0.0,
-                     "bucket_lengths": [SEQUENCE_LENGTH]},  # one shape: one trace
+        "backbone": {
+            "preset": str(write_tiny_checkpoint(folder / "ckpt")),
+            "sequence_length": SEQUENCE_LENGTH,
+        },
+        "data": {
+            "train": str(write_lines(folder / "train.jsonl", qa_lines(240, seed=1))),
+            "validation": str(write_lines(folder / "dev.jsonl", qa_lines(60, seed=2))),
+        },
+        "training": {
+            "epochs": 3,
+            "batch_size": 16,
+            "learning_rate": 3e-3,
+            "warmup_ratio": 0.0,
+            "bucket_lengths": [SEQUENCE_LENGTH],
+        },  # one shape: one trace
     }
     bertkit.finetune(recipe, output_dir=folder / "run", verbose=0)
     return folder
-
 
 
 def test_passes_the_contract_test(tmp_path):
     train = write_lines(tmp_path / "train.jsonl", qa_lines(48, seed=3))
     contexts = [line["context"] for line in qa_lines(2, seed=4)]
     result = run_task_contract_test(
-        "span_qa", train, directory=tmp_path, sequence_length=SEQUENCE_LENGTH,
+        "span_qa",
+        train,
+        directory=tmp_path,
+        sequence_length=SEQUENCE_LENGTH,
         task_options={"version": "2.0", "max_query_length": 8, "doc_stride": 8},
         training={"bucket_lengths": [SEQUENCE_LENGTH]},
         inputs=[{"question": QUESTION, "context": context} for context in contexts],
         serving_inputs={"question": [QUESTION] * 2, "context": contexts},
-        bad_input={"question": QUESTION})
+        bad_input={"question": QUESTION},
+    )
     assert {"starts_ok", "ends_ok"} <= set(result["preprocessor"])
+
 
 def test_learns_answers_and_no_answers(run):
     metrics = json.loads((run / "run" / "metrics.json").read_text())
@@ -167,19 +182,19 @@ def test_final_metrics_describe_the_calibrated_model(run, tmp_path):
     metrics = model.evaluate(run / "dev.jsonl", predictions_dir=tmp_path)
     assert metrics["f1"] == pytest.approx(final["f1"]) and metrics["exact"] == final["exact"]
     for name in ("predictions.json", "null_odds.json"):  # evaluate writes what finetune did
-        assert (json.loads((tmp_path / name).read_text())
-                == pytest.approx(json.loads((run / "run" / name).read_text()), abs=1e-4))
+        assert json.loads((tmp_path / name).read_text()) == pytest.approx(
+            json.loads((run / "run" / name).read_text()), abs=1e-4
+        )
 
 
 def test_predict_matches_the_evaluation_path(run):
     model = bertkit.load(run / "run")
     dev = [json.loads(line) for line in (run / "dev.jsonl").read_text().splitlines()]
-    predictions = model.predict([{"question": d["question"], "context": d["context"]}
-                                 for d in dev])
+    predictions = model.predict([{"question": d["question"], "context": d["context"]} for d in dev])
     official = json.loads((run / "run" / "predictions.json").read_text())
     assert [p["answer"] for p in predictions] == [official[d["id"]] for d in dev]
     for d, p in zip(dev, predictions, strict=True):
-        assert d["context"][p["start"]:p["end"]] == p["answer"]
+        assert d["context"][p["start"] : p["end"]] == p["answer"]
     (pair,) = model.predict([(QUESTION, dev[1]["context"])])  # alone: other batch shapes
     assert pair == pytest.approx(predictions[1], abs=1e-4)
     (with_n_best,) = model.predict([{**dev[1], "n_best": True}])
@@ -201,19 +216,28 @@ print(json.dumps({k: [x.decode() if isinstance(x, bytes) else x.item() for x in 
 def test_saved_model_in_a_fresh_process_matches_predict(run):
     dev = [json.loads(line) for line in (run / "dev.jsonl").read_text().splitlines()][:12]
     long_context = " ".join(["Renée"] + ["the film"] * 30 + ["lovely", "café"])  # 4 windows
-    inputs = {"question": [d["question"] for d in dev] + [QUESTION, QUESTION, ""],
-              "context": [d["context"] for d in dev] + [long_context, "", "Zoë"]}
-    result = subprocess.run([sys.executable, "-c", SERVE, str(run / "run" / "saved_model")],
-                            input=json.dumps(inputs), capture_output=True, text=True, check=True)
+    inputs = {
+        "question": [d["question"] for d in dev] + [QUESTION, QUESTION, ""],
+        "context": [d["context"] for d in dev] + [long_context, "", "Zoë"],
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", SERVE, str(run / "run" / "saved_model")],
+        input=json.dumps(inputs),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     served = json.loads(result.stdout)
     expected = bertkit.load(run / "run").predict(
-        list(zip(inputs["question"], inputs["context"], strict=True)))
+        list(zip(inputs["question"], inputs["context"], strict=True))
+    )
     assert served["answer"] == [p["answer"] for p in expected]
     assert served["start"] == [p["start"] for p in expected]
     assert served["end"] == [p["end"] for p in expected]
     np.testing.assert_allclose(served["score"], [p["score"] for p in expected], atol=1e-4)
-    np.testing.assert_allclose(served["null_score_diff"],
-                               [p["null_score_diff"] for p in expected], atol=1e-4)
+    np.testing.assert_allclose(
+        served["null_score_diff"], [p["null_score_diff"] for p in expected], atol=1e-4
+    )
 
 
 def test_saved_model_refuses_bad_shapes_and_answers_an_empty_batch(run):
@@ -228,12 +252,16 @@ def test_calibrated_threshold_reproduces_the_best_f1(first_span, threshold):
     # is best (threshold between q1's and q2's differences). With it wrong, answering no
     # question is best: the official search then reports its starting threshold 0.0,
     # which would answer q1 and q2; the calibrated threshold must answer none.
-    examples = [QAExample("q1", "Who?", "Ada wrote it.", ("Ada",), (0,), False),
-                QAExample("q2", "Who?", "Ada wrote it.", (), (), True),
-                QAExample("q3", "Who?", "Ada wrote it.", (), (), True)]
+    examples = [
+        QAExample("q1", "Who?", "Ada wrote it.", ("Ada",), (0,), False),
+        QAExample("q2", "Who?", "Ada wrote it.", (), (), True),
+        QAExample("q3", "Who?", "Ada wrote it.", (), (), True),
+    ]
     diffs = [-1.0, -0.5, 2.0]
-    predictions = [{"answer": "", "best_span": span, "null_score_diff": diff}
-                   for span, diff in zip([first_span, "Ada", "it"], diffs, strict=True)]
+    predictions = [
+        {"answer": "", "best_span": span, "null_score_diff": diff}
+        for span, diff in zip([first_span, "Ada", "it"], diffs, strict=True)
+    ]
     tuned = make_task(version="2.0").calibrate(examples, predictions)["null_score_threshold"]
     if threshold == "below all":
         assert tuned < min(diffs)

@@ -74,12 +74,7 @@ def test_max_over_gold_answers():
     assert evaluate([golds], {"q1": "the broncos"})["exact"] == 100.0
 
 
-TOY = [
-    question("q1", "Paris"),
-    question("q2", "the Eiffel Tower"),
-    question("q3"),
-    question("q4"),
-]
+TOY = [question("q1", "Paris"), question("q2", "the Eiffel Tower"), question("q3"), question("q4")]
 
 
 def test_v2_has_answer_and_no_answer_breakdown():

@@ -162,8 +162,9 @@ def test_graph_entities_character_offsets_and_scores():
     texts = tf.constant(["Zoë Ann in Köln", "", "x"])
     starts = tf.ragged.constant([[0, 5, 9, 12], [], [0]], tf.int64)  # bytes
     ends = tf.ragged.constant([[4, 8, 11, 17], [], [1]], tf.int64)
-    logits = tf.constant([[0, 9, 0, 0], [0, 0, 9, 0], [9, 0, 0, 0], [0, 0, 0, 9],
-                          [9, 0, 0, 0]], tf.float32)
+    logits = tf.constant(
+        [[0, 9, 0, 0], [0, 0, 9, 0], [9, 0, 0, 0], [0, 0, 0, 9], [9, 0, 0, 0]], tf.float32
+    )
     found = graph_entities(texts, starts, ends, logits, labels)
     assert found["entity_count"].numpy().tolist() == [2, 0, 0]
     assert [t.decode() for t in found["entity_text"].numpy()[0]] == ["Zoë Ann", "Köln"]

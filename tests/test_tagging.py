@@ -25,8 +25,24 @@ from bertkit_tasks.tagging import TaggingData, TaggingOptions, TaggingTask
 from bertkit_tasks.tagging.preprocessor import TaggingPreprocessor
 
 SEQUENCE_LENGTH = 32
-OTHER = ["the", "a", "film", "was", "very", "and", "it", "this", "visited", "works", "for", "who",
-         "at", "of", "ok", "."]
+OTHER = [
+    "the",
+    "a",
+    "film",
+    "was",
+    "very",
+    "and",
+    "it",
+    "this",
+    "visited",
+    "works",
+    "for",
+    "who",
+    "at",
+    "of",
+    "ok",
+    ".",
+]
 PEOPLE, CITIES = ["john", "smith", "bob", "ann"], ["paris", "london", "rome", "oslo"]
 
 
@@ -54,15 +70,22 @@ def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tagging")
     write_conll(tmp / "train.txt", 200, seed=0)
     write_conll(tmp / "dev.txt", 40, seed=1)
-    recipe = {"schema": 1, "task": {"name": "tagging", "window_stride": 10},
-              "backbone": {"preset": str(write_tiny_checkpoint(tmp / "ckpt")),
-                           "sequence_length": SEQUENCE_LENGTH},
-              "data": {"train": str(tmp / "train.txt"), "validation": str(tmp / "dev.txt"),
-                       "scheme": "iob1"},
-              "training": {"epochs": 5, "batch_size": 16, "learning_rate": 3e-3}}
+    recipe = {
+        "schema": 1,
+        "task": {"name": "tagging", "window_stride": 10},
+        "backbone": {
+            "preset": str(write_tiny_checkpoint(tmp / "ckpt")),
+            "sequence_length": SEQUENCE_LENGTH,
+        },
+        "data": {
+            "train": str(tmp / "train.txt"),
+            "validation": str(tmp / "dev.txt"),
+            "scheme": "iob1",
+        },
+        "training": {"epochs": 5, "batch_size": 16, "learning_rate": 3e-3},
+    }
     bertkit.finetune(recipe, output_dir=tmp / "run", verbose=0)
     return tmp, bertkit.load(tmp / "run")
-
 
 
 def test_report_has_per_type_scores_and_the_wrong_entities(run):
@@ -77,6 +100,7 @@ def test_report_has_per_type_scores_and_the_wrong_entities(run):
     assert f"{sentences_with_errors} of 40 sentences have a wrong entity" in report
     if sentences_with_errors:
         assert "  gold:      [" in wrong or "  predicted: [" in wrong
+
 
 def long_words(count: int) -> list[str]:
     rng, words = random.Random(7), []
@@ -101,18 +125,31 @@ def test_learns_iob1_data_converted_to_iob2(run):
 def test_passes_the_contract_test(tmp_path):
     def same_entities(predictions, served):
         for i, prediction in enumerate(predictions):
-            got = [(served["entity_type"][i][j], served["entity_text"][i][j],
-                    served["entity_start"][i][j], served["entity_end"][i][j])
-                   for j in range(served["entity_count"][i])]
-            assert got == [(e["type"], e["text"], e["start"], e["end"])
-                           for e in prediction["entities"]]
+            got = [
+                (
+                    served["entity_type"][i][j],
+                    served["entity_text"][i][j],
+                    served["entity_start"][i][j],
+                    served["entity_end"][i][j],
+                )
+                for j in range(served["entity_count"][i])
+            ]
+            assert got == [
+                (e["type"], e["text"], e["start"], e["end"]) for e in prediction["entities"]
+            ]
         assert any(prediction["entities"] for prediction in predictions)
 
     write_conll(tmp_path / "train.txt", 120, seed=0)
     result = run_task_contract_test(
-        "tagging", tmp_path / "train.txt", data={"scheme": "iob1"},
-        training={"epochs": 6, "batch_size": 16}, directory=tmp_path, compare=same_entities,
-        bad_input=7, inputs=["Mr Smith visited Paris.", "mr ann in rome and acme corp"])
+        "tagging",
+        tmp_path / "train.txt",
+        data={"scheme": "iob1"},
+        training={"epochs": 6, "batch_size": 16},
+        directory=tmp_path,
+        compare=same_entities,
+        bad_input=7,
+        inputs=["Mr Smith visited Paris.", "mr ann in rome and acme corp"],
+    )
     assert "read_at" in result["preprocessor"]  # featurize's and serve's windows agree
 
 
@@ -124,8 +161,9 @@ def test_long_sentence_is_windowed_and_no_word_dropped(run):
     assert len(features) > 3 and features.lengths().max() <= SEQUENCE_LENGTH
     rows, positions = features.extras["read_at"][0].T  # each word's first piece, in its window
     pieces = task.tokenizer.tokenize_words(tf.ragged.constant([words])).to_list()[0]
-    assert [features.columns["token_ids"][r][p] for r, p in zip(rows, positions, strict=True)] \
-        == [p[0] if p else task.tokenizer.unk_id for p in pieces]
+    assert [features.columns["token_ids"][r][p] for r, p in zip(rows, positions, strict=True)] == [
+        p[0] if p else task.tokenizer.unk_id for p in pieces
+    ]
     [prediction] = model.predict([words])
     assert len(prediction["tags"]) == len(words) and prediction["tags"][-1] == "B-PER"
     assert max(e["start"] for e in prediction["entities"]) > 2 * SEQUENCE_LENGTH
@@ -135,21 +173,32 @@ def test_long_sentence_is_windowed_and_no_word_dropped(run):
     assert predict_examples(task, model.model, examples, 8, model.buckets) == [prediction]
 
 
-@pytest.mark.parametrize("decoding, tags, entities", [
-    ("argmax", ["B-LOC", "I-PER", "O"], [("LOC", 0, 1), ("PER", 1, 2)]),
-    ("constrained", ["B-PER", "I-PER", "O"], [("PER", 0, 2)]),
-])
+@pytest.mark.parametrize(
+    "decoding, tags, entities",
+    [
+        ("argmax", ["B-LOC", "I-PER", "O"], [("LOC", 0, 1), ("PER", 1, 2)]),
+        ("constrained", ["B-PER", "I-PER", "O"], [("PER", 0, 2)]),
+    ],
+)
 def test_decoding_option(run, decoding, tags, entities):
     _, model = run
-    task = TaggingTask(dataclasses.replace(model.task.options, decoding=decoding),
-                       model.task.data, model.task.tokenizer, SEQUENCE_LENGTH, model.task.state)
+    task = TaggingTask(
+        dataclasses.replace(model.task.options, decoding=decoding),
+        model.task.data,
+        model.task.tokenizer,
+        SEQUENCE_LENGTH,
+        model.task.state,
+    )
     labels = task.labels  # O B-LOC B-ORG I-ORG B-PER; the model has no I-PER: give it one
     task.state["labels"] = labels = [*labels, "I-PER"]
     examples = [task.parse_input(["john", "smith", "."])]
     features = task.featurize(examples, training=False)
     rows, positions = features.extras["read_at"][0].T
-    word_probabilities = [{"B-LOC": 0.5, "B-PER": 0.4, "O": 0.1},  # argmax: B-LOC I-PER
-                          {"I-PER": 0.5, "B-PER": 0.2, "O": 0.3}, {"O": 1.0}]
+    word_probabilities = [
+        {"B-LOC": 0.5, "B-PER": 0.4, "O": 0.1},  # argmax: B-LOC I-PER
+        {"I-PER": 0.5, "B-PER": 0.2, "O": 0.3},
+        {"O": 1.0},
+    ]
     logits = [np.full((len(ids), len(labels)), -30.0) for ids in features.columns["token_ids"]]
     for row, position, probabilities in zip(rows, positions, word_probabilities, strict=True):
         for tag, probability in probabilities.items():
@@ -161,8 +210,13 @@ def test_decoding_option(run, decoding, tags, entities):
 
 def tagging_task(sequence_length: int, stride: int | None) -> TaggingTask:
     tokenizer = WordPieceTokenizer(tiny_vocabulary(), lowercase=True)
-    return TaggingTask(TaggingOptions(window_stride=stride), TaggingData(), tokenizer,
-                       sequence_length, {"labels": ["O"]})
+    return TaggingTask(
+        TaggingOptions(window_stride=stride),
+        TaggingData(),
+        tokenizer,
+        sequence_length,
+        {"labels": ["O"]},
+    )
 
 
 @pytest.mark.parametrize("sequence_length, stride", [(8, 1), (8, 6), (12, 5), (16, None)])
@@ -170,18 +224,26 @@ def test_featurize_and_serve_cut_the_same_windows(sequence_length, stride):
     rng = random.Random(sequence_length)
     choices = ["paris", "unbelievably", "qzxwvk", "x", "\x07", "smith", "a-b", "Zoë’s"]
     texts = [" ".join(rng.choices(choices, k=rng.randint(0, 30))) for _ in range(6)]
-    assert check_preprocessor(tagging_task(sequence_length, stride), texts) \
-        == ["token_ids", "segment_ids", "example_index", "read_at"]
+    assert check_preprocessor(tagging_task(sequence_length, stride), texts) == [
+        "token_ids",
+        "segment_ids",
+        "example_index",
+        "read_at",
+    ]
 
 
 def test_the_preprocessor_check_names_where_the_paths_disagree():
     task = tagging_task(12, 5)
     other_stride = TaggingPreprocessor(task.tokenizer, 12, window_stride=4)
-    task.preprocessor = lambda: SimpleNamespace(featurize=task._preprocessor.featurize,
-                                                serve=other_stride.serve)
+    task.preprocessor = lambda: SimpleNamespace(
+        featurize=task._preprocessor.featurize, serve=other_stride.serve
+    )
     text = " ".join(["paris"] * 12)
-    with pytest.raises(AssertionError, match=r"disagree on 'token_ids' at item 2 \(of 3 from "
-                                             r"featurize, 3 from serve\), from input 'paris"):
+    with pytest.raises(
+        AssertionError,
+        match=r"disagree on 'token_ids' at item 2 \(of 3 from "
+        r"featurize, 3 from serve\), from input 'paris",
+    ):
         check_preprocessor(task, ["smith", text])
 
 
@@ -192,15 +254,17 @@ def test_raw_text_entities_have_character_offsets(run):
     [prediction] = model.predict([text])
     assert prediction["entities"], prediction
     for entity in prediction["entities"]:
-        assert entity["text"] == text[entity["start"]:entity["end"]]
+        assert entity["text"] == text[entity["start"] : entity["end"]]
         assert 0 < entity["score"] <= 1
     smith = text.index("Smith")
-    assert ("PER", smith, smith + 5) in {(e["type"], e["start"], e["end"])
-                                         for e in prediction["entities"]}
+    assert ("PER", smith, smith + 5) in {
+        (e["type"], e["start"], e["end"]) for e in prediction["entities"]
+    }
     [as_words] = model.predict([words])  # the same words, pre-split
     [as_text] = model.predict([" ".join(words)])
-    assert [(e["type"], e["text"]) for e in as_words["entities"]] \
-        == [(e["type"], e["text"]) for e in as_text["entities"]]
+    assert [(e["type"], e["text"]) for e in as_words["entities"]] == [
+        (e["type"], e["text"]) for e in as_text["entities"]
+    ]
 
 
 FRESH = """
@@ -219,15 +283,19 @@ print(json.dumps([[{k: out[k][i][j].decode() if k in ("text", "type") else out[k
 def test_saved_model_in_a_fresh_process_matches_predict(run):
     tmp, model = run
     texts = ["Mr Smith visited Paris.", "", "Zoë’s café in Rome, mr Ann", " ".join(long_words(100))]
-    result = subprocess.run([sys.executable, "-c", FRESH, str(tmp / "run" / "saved_model")],
-                            input=json.dumps(texts), capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", FRESH, str(tmp / "run" / "saved_model")],
+        input=json.dumps(texts),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     exported = json.loads(result.stdout)
     expected = [p["entities"] for p in model.predict(texts)]
     assert sum(map(len, expected)) >= 3
     for got, want in zip(exported, expected, strict=True):
         assert [{**e, "score": 0} for e in got] == [{**e, "score": 0} for e in want]
-        np.testing.assert_allclose([e["score"] for e in got], [e["score"] for e in want],
-                                   atol=1e-4)
+        np.testing.assert_allclose([e["score"] for e in got], [e["score"] for e in want], atol=1e-4)
 
 
 def test_saved_model_refuses_bad_shapes_and_answers_an_empty_batch(run):

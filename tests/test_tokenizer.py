@@ -11,8 +11,26 @@ from bertkit.errors import UserError
 from bertkit.model.token_rows import split_word_rows, tokenize_in_chunks
 from bertkit.model.tokenizer import WordPieceTokenizer, batch_substrings, character_offsets
 
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cafe", "the", "film", "good", "##s",
-         "a", "b", "c", "d", "e", "f", ".", "Film"]
+VOCAB = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "cafe",
+    "the",
+    "film",
+    "good",
+    "##s",
+    "a",
+    "b",
+    "c",
+    "d",
+    "e",
+    "f",
+    ".",
+    "Film",
+]
 
 
 def longest_first(a, b, budget):
@@ -32,7 +50,9 @@ def test_lowercase_and_accent_stripping():
     assert [VOCAB[i] for i in ids] == ["cafe", "film", "##s", "."]
     cased = WordPieceTokenizer(VOCAB, lowercase=False)
     assert [VOCAB[i] for i in cased.tokenize(tf.constant(["Film film"])).to_list()[0]] == [
-        "Film", "film"]
+        "Film",
+        "film",
+    ]
 
 
 @pytest.mark.parametrize("length_a, length_b", [(3, 2), (9, 2), (2, 9), (7, 7), (8, 7), (6, 30)])
@@ -49,8 +69,9 @@ def test_offsets_are_bytes_of_the_original_text():
     tokenizer = WordPieceTokenizer(VOCAB, lowercase=True)
     ids, starts, ends = tokenizer.tokenize_with_offsets(tf.constant(["Le café films"]))
     text = "Le café films".encode()
-    pieces = [text[s:e].decode() for s, e in zip(starts.to_list()[0], ends.to_list()[0],
-                                                   strict=True)]
+    pieces = [
+        text[s:e].decode() for s, e in zip(starts.to_list()[0], ends.to_list()[0], strict=True)
+    ]
     assert pieces == ["Le", "café", "film", "s"]
     assert [VOCAB[i] for i in ids.to_list()[0]] == ["[UNK]", "cafe", "film", "##s"]
 
@@ -60,8 +81,9 @@ def test_save_and_load(tmp_path):
     tokenizer.save(tmp_path)
     again = WordPieceTokenizer.load(tmp_path)
     assert again.vocabulary == VOCAB and again.lowercase
-    np.testing.assert_array_equal(again.encode(["good films"], sequence_length=8)[0][0],
-                                  [2, 8, 7, 9, 3])
+    np.testing.assert_array_equal(
+        again.encode(["good films"], sequence_length=8)[0][0], [2, 8, 7, 9, 3]
+    )
 
 
 def test_vocabulary_errors():
@@ -76,15 +98,24 @@ def test_words_are_basic_tokenization_with_byte_offsets():
     text = "Le café's films.\x07 Goodfilms"
     pieces, starts, ends = tokenizer.words_with_offsets(tf.constant([text, ""]))
     encoded = text.encode()
-    words = [encoded[s:e].decode() for s, e in zip(starts.to_list()[0], ends.to_list()[0],
-                                                  strict=True)]
+    words = [
+        encoded[s:e].decode() for s, e in zip(starts.to_list()[0], ends.to_list()[0], strict=True)
+    ]
     assert words == ["Le", "café", "'", "s", "films", ".", "Goodfilms"]  # \x07: no word
     assert [[VOCAB[i] for i in word] for word in pieces.to_list()[0]] == [
-        ["[UNK]"], ["cafe"], ["[UNK]"], ["[UNK]"], ["film", "##s"], ["."], ["[UNK]"]]
+        ["[UNK]"],
+        ["cafe"],
+        ["[UNK]"],
+        ["[UNK]"],
+        ["film", "##s"],
+        ["."],
+        ["[UNK]"],
+    ]
     assert pieces.to_list()[1] == starts.to_list()[1] == []
     # max_pieces cuts a word's pieces, not its offsets
     clipped, clipped_starts, clipped_ends = tokenizer.words_with_offsets(
-        tf.constant(["good films"]), max_pieces=1)
+        tf.constant(["good films"]), max_pieces=1
+    )
     assert clipped.to_list() == [[[8], [7]]] and clipped_ends.to_list() == [[4, 10]]
 
 
@@ -92,10 +123,12 @@ def test_max_pieces_keeps_every_word():
     tokenizer = WordPieceTokenizer(VOCAB, lowercase=True)
     words = tf.ragged.constant([["films", "\x07", "a"], [], ["\x07"]])
     assert tokenizer.tokenize_words(words).to_list() == [[[7, 9], [], [10]], [], [[]]]
-    assert tokenizer.tokenize_words(words, max_pieces=1).to_list() == [[[7], [1], [10]], [],
-                                                                      [[1]]]
-    assert tokenizer.tokenize_words(words, max_pieces=2).to_list() == [[[7, 9], [1], [10]], [],
-                                                                      [[1]]]
+    assert tokenizer.tokenize_words(words, max_pieces=1).to_list() == [[[7], [1], [10]], [], [[1]]]
+    assert tokenizer.tokenize_words(words, max_pieces=2).to_list() == [
+        [[7, 9], [1], [10]],
+        [],
+        [[1]],
+    ]
     [(ids, lengths), _, _] = split_word_rows(tokenizer.tokenize_words(words, max_pieces=2))
     assert ids.tolist() == [7, 9, 1, 10] and lengths.tolist() == [2, 1, 1]
 
@@ -113,10 +146,20 @@ def test_character_offsets_numpy_and_graph_agree():
         expected.append((text[start:end], start, end))
         chars = character_offsets(text, np.array([byte_starts[-1]]), np.array([byte_ends[-1]]))
         assert (chars[0].tolist(), chars[1].tolist()) == ([start], [end])
-    substrings, starts, ends = batch_substrings(tf.constant(texts), tf.constant(byte_starts),
-                                                tf.constant(byte_ends))
-    assert list(zip([t.decode() for t in substrings.numpy()], starts.numpy().tolist(),
-                    ends.numpy().tolist(), strict=True)) == expected
+    substrings, starts, ends = batch_substrings(
+        tf.constant(texts), tf.constant(byte_starts), tf.constant(byte_ends)
+    )
+    assert (
+        list(
+            zip(
+                [t.decode() for t in substrings.numpy()],
+                starts.numpy().tolist(),
+                ends.numpy().tolist(),
+                strict=True,
+            )
+        )
+        == expected
+    )
     # a byte inside a character maps to that character
     assert character_offsets("aé", np.array([2]), np.array([3]))[0].tolist() == [1]
 

@@ -16,16 +16,27 @@ from bertkit.training.optimization import BertAdamW, make_optimizer
 def recipe(tmp_path, **training):
     write_tiny_checkpoint(tmp_path / "ckpt")
     write_sentiment_tsv(tmp_path / "train.tsv", 48)
-    return {"schema": 1, "task": "classification",
-            "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
-            "data": {"train": str(tmp_path / "train.tsv"),
-                     "validation": str(tmp_path / "train.tsv"), "text": "sentence"},
-            "training": {"epochs": 5, "batch_size": 8, **training}}
+    return {
+        "schema": 1,
+        "task": "classification",
+        "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
+        "data": {
+            "train": str(tmp_path / "train.tsv"),
+            "validation": str(tmp_path / "train.tsv"),
+            "text": "sentence",
+        },
+        "training": {"epochs": 5, "batch_size": 8, **training},
+    }
 
 
 def test_bfloat16_accumulation_and_early_stopping(tmp_path):
-    spec = recipe(tmp_path, learning_rate=1e-9, mixed_precision="bfloat16",
-                  gradient_accumulation_steps=2, early_stopping_patience=1)
+    spec = recipe(
+        tmp_path,
+        learning_rate=1e-9,
+        mixed_precision="bfloat16",
+        gradient_accumulation_steps=2,
+        early_stopping_patience=1,
+    )
     model = bertkit.finetune(spec, output_dir=tmp_path / "run", verbose=0)
     epochs = json.loads((tmp_path / "run" / "metrics.json").read_text())["epochs"]
     assert len(epochs) == 2  # nothing improves with a vanishing learning rate: stop after 1 more
@@ -53,23 +64,26 @@ def test_adamw_skips_decay_on_biases_and_layer_norm():
 
 
 def test_schedule_warms_up_then_decays_to_zero():
-    optimizer = make_optimizer(TrainingConfig(epochs=2, learning_rate=1.0, warmup_ratio=0.25),
-                               steps_per_epoch=10)
-    rates = [float(optimizer.learning_rate_schedule(step)) if hasattr(
-        optimizer, "learning_rate_schedule") else float(optimizer._learning_rate(step))
-             for step in (0, 5, 10, 20)]
+    optimizer = make_optimizer(
+        TrainingConfig(epochs=2, learning_rate=1.0, warmup_ratio=0.25), steps_per_epoch=10
+    )
+    rates = [
+        float(optimizer.learning_rate_schedule(step))
+        if hasattr(optimizer, "learning_rate_schedule")
+        else float(optimizer._learning_rate(step))
+        for step in (0, 5, 10, 20)
+    ]
     np.testing.assert_allclose(rates, [0.0, 1.0, 2 / 3, 0.0], atol=1e-6)
 
 
-def torch_adamw(weight, gradients, learning_rate, weight_decay, epsilon, beta_1=0.9,
-                beta_2=0.999):
+def torch_adamw(weight, gradients, learning_rate, weight_decay, epsilon, beta_1=0.9, beta_2=0.999):
     """PyTorch's AdamW update rule in NumPy (decoupled decay, epsilon after bias correction)."""
     m, v = np.zeros_like(weight), np.zeros_like(weight)
     for step, gradient in enumerate(gradients, start=1):
         weight = weight * (1 - learning_rate * weight_decay)
         m = beta_1 * m + (1 - beta_1) * gradient
-        v = beta_2 * v + (1 - beta_2) * gradient ** 2
-        m_hat, v_hat = m / (1 - beta_1 ** step), v / (1 - beta_2 ** step)
+        v = beta_2 * v + (1 - beta_2) * gradient**2
+        m_hat, v_hat = m / (1 - beta_1**step), v / (1 - beta_2**step)
         weight = weight - learning_rate * m_hat / (np.sqrt(v_hat) + epsilon)
     return weight
 
@@ -78,8 +92,10 @@ def test_adamw_follows_pytorch_epsilon_placement():
     rng = np.random.default_rng(0)
     start = rng.standard_normal(64).astype(np.float32)
     # Gradients near epsilon are where Keras's stock placement differs most.
-    gradients = [(rng.standard_normal(64) * 10.0 ** rng.integers(-7, 0, 64)).astype(np.float32)
-                 for _ in range(5)]
+    gradients = [
+        (rng.standard_normal(64) * 10.0 ** rng.integers(-7, 0, 64)).astype(np.float32)
+        for _ in range(5)
+    ]
     settings = {"learning_rate": 1e-3, "weight_decay": 0.01, "epsilon": 1e-6}
     expected = torch_adamw(start.astype(np.float64), gradients, **settings)
 

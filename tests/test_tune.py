@@ -42,23 +42,41 @@ CLASSIFICATION_DATA = {"train": "train.tsv", "validation": "dev.tsv", "text": "s
 RATE = {"low": 1e-4, "high": 1e-2, "log": True}
 
 
-def write_recipe(folder, name, *, task="classification", data=CLASSIFICATION_DATA, epochs=2,
-                 output_dir=None, rate=RATE, **search):
+def write_recipe(
+    folder,
+    name,
+    *,
+    task="classification",
+    data=CLASSIFICATION_DATA,
+    epochs=2,
+    output_dir=None,
+    rate=RATE,
+    **search,
+):
     path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({
-        "schema": 1, "task": task,
-        "backbone": {"preset": "tiny", "sequence_length": 32},
-        "data": data,
-        "training": {"epochs": epochs, "batch_size": 16},
-        "output_dir": output_dir or name,
-        "search": {"training.learning_rate": rate, **search}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "schema": 1,
+                "task": task,
+                "backbone": {"preset": "tiny", "sequence_length": 32},
+                "data": data,
+                "training": {"epochs": epochs, "batch_size": 16},
+                "output_dir": output_dir or name,
+                "search": {"training.learning_rate": rate, **search},
+            }
+        )
+    )
     return path
 
 
 def start_worker(recipe):
-    return subprocess.Popen([sys.executable, "-m", "bertkit.cli", "tune", str(recipe),
-                             "--heartbeat", "1"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "bertkit.cli", "tune", str(recipe), "--heartbeat", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def trial_of(process, study_folder):
@@ -90,8 +108,9 @@ def workers(files):
     restarted = start_worker(recipe)
     outputs = [p.communicate(timeout=300)[0] for p in (second, restarted)]
     assert [second.returncode, restarted.returncode] == [0, 0], "\n".join(outputs)
-    study = optuna.load_study(study_name="shared",
-                              storage=f"sqlite:///{files / 'shared.study' / 'study.db'}")
+    study = optuna.load_study(
+        study_name="shared", storage=f"sqlite:///{files / 'shared.study' / 'study.db'}"
+    )
     return study, files / "shared.study", killed_trial, {first.pid, second.pid, restarted.pid}
 
 
@@ -110,8 +129,11 @@ def test_workers_together_finish_exactly_the_requested_trials(workers):
 
 def test_a_trial_killed_with_kill_9_is_failed_and_run_again(workers):
     study, folder, killed_trial, _ = workers
-    (failed,) = [t for t in study.trials if t.state == optuna.trial.TrialState.FAIL
-                 and not t.user_attrs.get("surplus")]  # a worker stepping back, see tuning
+    (failed,) = [
+        t
+        for t in study.trials
+        if t.state == optuna.trial.TrialState.FAIL and not t.user_attrs.get("surplus")
+    ]  # a worker stepping back, see tuning
     assert failed.user_attrs["run_dir"] == str(killed_trial)
     (retry,) = [t for t in complete_trials(study) if t.params == failed.params]
     assert retry.number > failed.number
@@ -124,10 +146,13 @@ def test_the_best_trial_has_the_best_metric_and_trials_are_complete_runs(workers
     for trial in complete_trials(study):
         run = RunDirectory(trial.user_attrs["run_dir"])
         assert run.status() == "finished" and (run.saved_model_dir / "saved_model.pb").exists()
-        assert yaml.safe_load(run.recipe_file.read_text())["training"]["learning_rate"] == (
-            trial.params["training.learning_rate"])
-        accuracy[trial.number] = json.loads(run.metrics_file.read_text())[
-            "final"]["validation"]["accuracy"]
+        assert (
+            yaml.safe_load(run.recipe_file.read_text())["training"]["learning_rate"]
+            == (trial.params["training.learning_rate"])
+        )
+        accuracy[trial.number] = json.loads(run.metrics_file.read_text())["final"]["validation"][
+            "accuracy"
+        ]
         assert trial.value == accuracy[trial.number]
     assert study.best_value == max(accuracy.values())
     assert (folder / "best").resolve() == RunDirectory(study.best_trial.user_attrs["run_dir"]).path
@@ -151,9 +176,14 @@ def test_pruning_stops_a_trial_whose_metric_falls_behind(files, capsys):
     study = tuning.open_study(place, base, None, create=True)
     rate = optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
     for _ in range(2):  # two earlier trials far ahead at every epoch
-        study.add_trial(optuna.trial.create_trial(
-            params={"training.learning_rate": 1e-3}, distributions={"training.learning_rate": rate},
-            value=2.0, intermediate_values={1: 2.0, 2: 2.0}))
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"training.learning_rate": 1e-3},
+                distributions={"training.learning_rate": rate},
+                value=2.0,
+                intermediate_values={1: 2.0, 2: 2.0},
+            )
+        )
     objective = tuning.Objective(recipe, [], base, place.folder, target=3, verbose=0)
     tuning.run_trials(study, objective, deadline=None)
     trial = study.trials[-1]
@@ -210,13 +240,17 @@ def test_without_optuna_tune_says_how_to_install_it(files, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "optuna", None)  # `import optuna` raises ImportError
     assert cli.main(["tune", str(write_recipe(files, "no_optuna"))]) == 2
     assert capsys.readouterr().err == (
-        'bertkit: error: hyperparameter search needs Optuna: pip install "bertkit[tune]"\n')
+        'bertkit: error: hyperparameter search needs Optuna: pip install "bertkit[tune]"\n'
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--storage", "nosuchdb://x"], "nosuchdb://x: cannot open the storage"),
-    (["--report"], "errors.study: no study here; run 'bertkit tune' first"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--storage", "nosuchdb://x"], "nosuchdb://x: cannot open the storage"),
+        (["--report"], "errors.study: no study here; run 'bertkit tune' first"),
+    ],
+)
 def test_tune_user_errors_are_one_line(files, capsys, args, message):
     recipe = write_recipe(files, "errors")
     assert cli.main(["tune", str(recipe), *args]) == 2
@@ -226,18 +260,22 @@ def test_tune_user_errors_are_one_line(files, capsys, args, message):
 
 def test_a_recipe_without_search_section_is_one_line(files, capsys):
     recipe = files / "plain.yaml"
-    recipe.write_text("schema: 1\ntask: classification\nbackbone: {preset: tiny}\n"
-                      "data: {train: train.tsv}\n")
+    recipe.write_text(
+        "schema: 1\ntask: classification\nbackbone: {preset: tiny}\ndata: {train: train.tsv}\n"
+    )
     assert cli.main(["tune", str(recipe)]) == 2
     assert capsys.readouterr().err.startswith(
-        f"bertkit: error: {recipe}: has no 'search' section; add one")
+        f"bertkit: error: {recipe}: has no 'search' section; add one"
+    )
 
 
 # ---- a search that would never end, or end wrong (issue 28)
 
 NO_VALIDATION = {"train": "train.tsv", "text": "sentence"}
-NO_HELD_OUT = ("data.validation: hyperparameter search scores trials on a validation split, and "
-               "the {task} task held none out of data.train{detail}; add data.validation")
+NO_HELD_OUT = (
+    "data.validation: hyperparameter search scores trials on a validation split, and "
+    "the {task} task held none out of data.train{detail}; add data.validation"
+)
 
 
 def write_corpus(path, documents):
@@ -250,20 +288,26 @@ def without_validation(files):
     """A classification recipe without data.validation; an MLM corpus of 5 documents, of
     which the default `validation_fraction` (0.05) holds out none."""
     mlm_data = {"train": write_corpus(files / "five_documents.txt", 5)}
-    return {"classification": (write_recipe(files, "no_dev", data=NO_VALIDATION), ""),
-            "mlm": (write_recipe(files, "no_held_out", task="mlm", data=mlm_data),
-                    " (5 examples, too few to hold some out)")}
+    return {
+        "classification": (write_recipe(files, "no_dev", data=NO_VALIDATION), ""),
+        "mlm": (
+            write_recipe(files, "no_held_out", task="mlm", data=mlm_data),
+            " (5 examples, too few to hold some out)",
+        ),
+    }
 
 
 @pytest.mark.parametrize("task", ["classification", "mlm"])
 def test_tune_without_a_validation_split_ends_before_the_first_trial(
-        without_validation, task, capsys):
+    without_validation, task, capsys
+):
     recipe, detail = without_validation[task]
     started = time.monotonic()
     assert cli.main(["tune", str(recipe)]) == 2
     assert time.monotonic() - started < 10
     assert capsys.readouterr().err == (
-        f"bertkit: error: {recipe}: {NO_HELD_OUT.format(task=task, detail=detail)}\n")
+        f"bertkit: error: {recipe}: {NO_HELD_OUT.format(task=task, detail=detail)}\n"
+    )
     assert not recipe.with_suffix(".study").exists()  # no study, no trial
 
 
@@ -272,7 +316,8 @@ def test_check_reports_a_search_without_a_validation_split(without_validation, t
     recipe, detail = without_validation[task]
     assert cli.main(["check", str(recipe)]) == 2
     assert capsys.readouterr().err == (
-        f"bertkit: error: {recipe}: {NO_HELD_OUT.format(task=task, detail=detail)}\n")
+        f"bertkit: error: {recipe}: {NO_HELD_OUT.format(task=task, detail=detail)}\n"
+    )
 
 
 def test_check_passes_a_search_with_a_validation_split(files, capsys):
@@ -280,18 +325,20 @@ def test_check_passes_a_search_with_a_validation_split(files, capsys):
     assert "search:" in capsys.readouterr().out
 
 
-def test_a_trial_that_trains_but_cannot_be_scored_counts_as_a_failure(without_validation,
-                                                                      capsys):
+def test_a_trial_that_trains_but_cannot_be_scored_counts_as_a_failure(without_validation, capsys):
     """Such a trial once escaped `run_trials`' "3 trials in a row failed" and the search
     trained forever (`tune` now refuses the recipe first; the objective is given it here)."""
     recipe = without_validation["classification"][0]
     base = tuning.load_search_recipe(recipe)
     study = optuna.create_study(direction="maximize")
-    objective = tuning.Objective(recipe, ["training.epochs=1"], base,
-                                 recipe.with_suffix(".trials"), target=5, verbose=0)
+    objective = tuning.Objective(
+        recipe, ["training.epochs=1"], base, recipe.with_suffix(".trials"), target=5, verbose=0
+    )
     study.optimize(objective, n_trials=1, catch=(UserError,))
-    message = ("data.validation: hyperparameter search scores trials on a validation split, "
-               "and this trial's run had none; add data.validation")
+    message = (
+        "data.validation: hyperparameter search scores trials on a validation split, "
+        "and this trial's run had none; add data.validation"
+    )
     assert str(objective.last_error) == message  # what run_trials counts
     assert study.trials[0].state.name == "FAIL"
     assert study.trials[0].user_attrs["error"] == message
@@ -333,22 +380,27 @@ def test_each_opening_of_a_seeded_study_samples_anew_and_reproducibly(files, tmp
 
 def test_a_study_of_another_task_is_refused(files, seeded, capsys):
     corpus = write_corpus(files / "corpus.txt", 4)
-    recipe = write_recipe(files, "mlm_search", task="mlm",
-                          data={"train": corpus, "validation": corpus})
+    recipe = write_recipe(
+        files, "mlm_search", task="mlm", data={"train": corpus, "validation": corpus}
+    )
     folder = seeded[0].with_suffix(".study")
     assert cli.main(["tune", str(recipe), "--study", "seeded", "--output", str(folder)]) == 2
     assert capsys.readouterr().err == (
         f"bertkit: error: {recipe}: study 'seeded' maximizes accuracy of the classification "
         "task, and this recipe minimizes perplexity of the mlm task; start a new study with "
-        "--study NAME or --output DIR\n")
-    assert len(seeded[1].trials) == len(optuna.load_study(
-        study_name="seeded", storage=f"sqlite:///{folder / 'study.db'}").trials)
+        "--study NAME or --output DIR\n"
+    )
+    assert len(seeded[1].trials) == len(
+        optuna.load_study(study_name="seeded", storage=f"sqlite:///{folder / 'study.db'}").trials
+    )
 
 
 def test_on_a_shared_storage_study_names_differ_by_more_than_the_folder_name(files):
     url = f"sqlite:///{files / 'shared_storage.db'}"
-    first, second = (tuning.load_search_recipe(write_recipe(
-        files, name, output_dir=f"{name}/model")) for name in ("project_a", "project_b"))
+    first, second = (
+        tuning.load_search_recipe(write_recipe(files, name, output_dir=f"{name}/model"))
+        for name in ("project_a", "project_b")
+    )
     names = [tuning.StudyPlace.of(base, storage=url).name for base in (first, second)]
     assert names[0] != names[1] and all(name.startswith("model-") for name in names)
     assert tuning.StudyPlace.of(first, storage=url).name == names[0]  # the same each time
@@ -356,22 +408,27 @@ def test_on_a_shared_storage_study_names_differ_by_more_than_the_folder_name(fil
     assert tuning.StudyPlace.of(first).name == "model"  # its own study.db: as before
 
 
-@pytest.mark.parametrize("rate, was_now", [
-    ({"low": 1e-4, "high": 1e-2}, "was 0.0001..0.01 log, now 0.0001..0.01"),
-    ([1e-3, 1e-2], "was 0.0001..0.01 log, now [0.001, 0.01]"),
-])
+@pytest.mark.parametrize(
+    "rate, was_now",
+    [
+        ({"low": 1e-4, "high": 1e-2}, "was 0.0001..0.01 log, now 0.0001..0.01"),
+        ([1e-3, 1e-2], "was 0.0001..0.01 log, now [0.001, 0.01]"),
+    ],
+)
 def test_an_edited_search_section_names_the_changed_value(files, seeded, capsys, rate, was_now):
     recipe = write_recipe(files, "seeded_edited", output_dir="seeded", rate=rate)
     assert cli.main(["tune", str(recipe)]) == 2
     assert capsys.readouterr().err == (
         f"bertkit: error: {recipe}: search.training.learning_rate: changed since the study "
         f"began ({was_now}), and Optuna cannot continue the study with it; undo the change, "
-        "or start a new study with --study NAME or --output DIR\n")
+        "or start a new study with --study NAME or --output DIR\n"
+    )
 
 
 def test_moved_bounds_continue_the_study(files, seeded):
-    recipe = write_recipe(files, "seeded_wider", output_dir="seeded",
-                          rate={"low": 1e-5, "high": 1e-2, "log": True})
+    recipe = write_recipe(
+        files, "seeded_wider", output_dir="seeded", rate={"low": 1e-5, "high": 1e-2, "log": True}
+    )
     base = tuning.load_search_recipe(recipe)
     study = tuning.open_study(tuning.StudyPlace.of(base), base, None, create=True)
     assert len(study.trials) == len(seeded[1].trials)
@@ -383,7 +440,8 @@ def test_tune_output_naming_a_file_is_refused(files, capsys):
     assert cli.main(["tune", str(write_recipe(files, "to_file")), "--output", str(existing)]) == 2
     assert capsys.readouterr().err == (
         f"bertkit: error: {existing}: is a file; the study folder (--output) must be a folder "
-        "or new\n")
+        "or new\n"
+    )
     assert existing.read_text() == "keep me\n"
 
 
@@ -394,12 +452,19 @@ def write_foreign_sqlite(path):
         connection.commit()
 
 
-@pytest.mark.parametrize("write, problem", [
-    (write_foreign_sqlite, "is an SQLite database, but no Optuna study storage (its tables: "
-                           "notes)"),
-    (lambda path: path.write_text("keep me\n"), "is not an SQLite database (file is not a "
-                                                "database)"),
-])
+@pytest.mark.parametrize(
+    "write, problem",
+    [
+        (
+            write_foreign_sqlite,
+            "is an SQLite database, but no Optuna study storage (its tables: notes)",
+        ),
+        (
+            lambda path: path.write_text("keep me\n"),
+            "is not an SQLite database (file is not a database)",
+        ),
+    ],
+)
 @pytest.mark.parametrize("report", [False, True])
 def test_a_foreign_file_as_study_db_is_refused(files, tmp_path, capsys, write, problem, report):
     database = tmp_path / "study.db"
@@ -409,5 +474,6 @@ def test_a_foreign_file_as_study_db_is_refused(files, tmp_path, capsys, write, p
     assert cli.main(args + ["--report"] * report) == 2
     assert capsys.readouterr().err == (
         f"bertkit: error: {database}: {problem}; move it away, or give --output another "
-        "folder (or --storage another file)\n")
+        "folder (or --storage another file)\n"
+    )
     assert database.read_bytes() == before and sorted(tmp_path.iterdir()) == [database]

@@ -23,11 +23,18 @@ def featurized(tmp_path_factory):
     write_tiny_checkpoint(folder / "ckpt")
     write_sentiment_tsv(folder / "train.tsv", 16, seed=0)
     write_sentiment_tsv(folder / "dev.tsv", 8, seed=1)
-    (folder / "r.yaml").write_text(yaml.safe_dump({
-        "schema": 1, "task": "classification",
-        "backbone": {"preset": "./ckpt", "sequence_length": 32},
-        "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
-        "training": {"epochs": 1, "batch_size": 8}, "output_dir": "run"}))
+    (folder / "r.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "schema": 1,
+                "task": "classification",
+                "backbone": {"preset": "./ckpt", "sequence_length": 32},
+                "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
+                "training": {"epochs": 1, "batch_size": 8},
+                "output_dir": "run",
+            }
+        )
+    )
     featurize(folder / "r.yaml", folder / "features.npz")
     return folder
 
@@ -51,17 +58,31 @@ def test_stored_examples_come_back_as_the_tasks_type(featurized):
 
 def test_a_features_file_naming_a_function_runs_nothing(featurized):
     def evil(header):
-        header["validation_examples"] = {"type": "os:system",
-                                         "items": [{"command": "touch PWNED"}]}
+        header["validation_examples"] = {"type": "os:system", "items": [{"command": "touch PWNED"}]}
 
     _rewrite_header(featurized / "features.npz", featurized / "evil.npz", evil)
-    result = subprocess.run([sys.executable, "-m", "bertkit.cli", "finetune", "r.yaml",
-                             "--features", "evil.npz", "--set", "output_dir=evil-run"],
-                            cwd=featurized, capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bertkit.cli",
+            "finetune",
+            "r.yaml",
+            "--features",
+            "evil.npz",
+            "--set",
+            "output_dir=evil-run",
+        ],
+        cwd=featurized,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2, result.stderr[-2000:]
-    assert result.stderr.strip() == ("bertkit: error: evil.npz: validation examples of type "
-                                     "'os:system'; the recipe's task reads "
-                                     "bertkit_tasks.classification.task:TextExample")
+    assert result.stderr.strip() == (
+        "bertkit: error: evil.npz: validation examples of type "
+        "'os:system'; the recipe's task reads "
+        "bertkit_tasks.classification.task:TextExample"
+    )
     assert not (featurized / "PWNED").exists()
     assert not (featurized / "evil-run").exists()
 
@@ -77,11 +98,14 @@ def test_another_tasks_example_type_is_refused(featurized):
         read_feature_file(featurized / "other.npz", example_type=Document)
 
 
-@pytest.mark.parametrize("items, message", [
-    ([{"text": "a", "__init__": "x"}], "validation example 1 is not a TextExample"),
-    (["text"], "validation example 1 is not a TextExample"),
-    ([{"text_pair": "b"}], "validation example 1: .*missing"),
-])
+@pytest.mark.parametrize(
+    "items, message",
+    [
+        ([{"text": "a", "__init__": "x"}], "validation example 1 is not a TextExample"),
+        (["text"], "validation example 1 is not a TextExample"),
+        ([{"text_pair": "b"}], "validation example 1: .*missing"),
+    ],
+)
 def test_malformed_stored_examples_are_one_line(featurized, tmp_path, items, message):
     def change(header):
         header["validation_examples"]["items"] = items
@@ -92,13 +116,15 @@ def test_malformed_stored_examples_are_one_line(featurized, tmp_path, items, mes
 
 
 def test_a_damaged_header_is_one_line(featurized, tmp_path):
-    _rewrite_header(featurized / "features.npz", tmp_path / "bad.npz",
-                    lambda header: header.pop("train"))
+    _rewrite_header(
+        featurized / "features.npz", tmp_path / "bad.npz", lambda header: header.pop("train")
+    )
     with pytest.raises(UserError, match="bad.npz: damaged features file"):
         read_feature_file(tmp_path / "bad.npz")
 
 
 # ---- run directories from elsewhere
+
 
 @pytest.fixture(scope="module")
 def trained(featurized):
@@ -137,15 +163,18 @@ def test_a_foreign_run_cannot_name_a_file_to_read(foreign_run, capsys):
     assert evaluate(run) == 2
     out, err = capsys.readouterr()
     task_file = run / "model" / "task.json"
-    assert err == (f"bertkit: error: {task_file}: data.validation: leads outside the run "
-                   "directory (to /etc/passwd); a run directory from elsewhere does not choose "
-                   "files to read; pass --data FILE\n")
+    assert err == (
+        f"bertkit: error: {task_file}: data.validation: leads outside the run "
+        "directory (to /etc/passwd); a run directory from elsewhere does not choose "
+        "files to read; pass --data FILE\n"
+    )
     assert "root:" not in out + err  # the first line of /etc/passwd was printed before
     assert not (run / "evaluation").exists()
 
 
-def test_a_foreign_runs_relative_paths_resolve_against_the_run(foreign_run, trained, capsys,
-                                                              monkeypatch, tmp_path):
+def test_a_foreign_runs_relative_paths_resolve_against_the_run(
+    foreign_run, trained, capsys, monkeypatch, tmp_path
+):
     import shutil
 
     assert evaluate(foreign_run(validation="../../etc/passwd")) == 2
@@ -162,7 +191,8 @@ def test_a_run_written_here_reads_its_recipes_files(trained, capsys):
     assert evaluate(trained) == 0
     assert capsys.readouterr().out.startswith("accuracy: ")
     assert json.loads((trained / "evaluation" / "metrics.json").read_text())["data"] == (
-        "validation")
+        "validation"
+    )
 
 
 def test_evaluate_replaces_a_link_in_the_run_with_its_own_folder(trained, tmp_path, capsys):
@@ -190,4 +220,5 @@ def test_a_model_file_linking_out_of_the_run_is_refused(trained, tmp_path, capsy
     assert evaluate(run) == 2
     assert capsys.readouterr().err == (
         f"bertkit: error: {run / 'model' / 'vocab.txt'}: leads outside the run directory (to "
-        "/etc/passwd); a run directory from elsewhere does not choose files to read\n")
+        "/etc/passwd); a run directory from elsewhere does not choose files to read\n"
+    )

@@ -44,32 +44,58 @@ DEPENDENCIES = ("keras", "keras-hub", "namex", "optree")
 # Face checkpoint loader imports)
 EXTRAS = ("sentencepiece", "tokenizers", "regex", "typing-extensions", "packaging")
 # the GPU machine's interpreter: CPython 3.12, glibc manylinux, x86-64
-TARGET = ["--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
-          "--only-binary=:all:"] + [f"--platform={tag}" for tag in (
-              "manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
-              "manylinux2014_x86_64")]
-TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
-                   "special_tokens_map.json")
+TARGET = [
+    "--python-version",
+    "3.12",
+    "--implementation",
+    "cp",
+    "--abi",
+    "cp312",
+    "--only-binary=:all:",
+] + [
+    f"--platform={tag}"
+    for tag in (
+        "manylinux_2_28_x86_64",
+        "manylinux_2_27_x86_64",
+        "manylinux_2_17_x86_64",
+        "manylinux2014_x86_64",
+    )
+]
+TOKENIZER_FILES = (
+    "vocab.txt",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
 
 
-def prepare(data: Path, out: Path, *, preset: str = PRESET, limit: int | None = None,
-            wheels: bool = True) -> dict:
+def prepare(
+    data: Path, out: Path, *, preset: str = PRESET, limit: int | None = None, wheels: bool = True
+) -> dict:
     """Writes the carry folder `out` from the data folder `data` (sst2/, conll2003/)."""
     from bertkit.model.backbone import resolve_preset
 
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = Path(resolve_preset(preset))
-    manifest = {"made_from": {"preset": preset, "data": str(data.resolve()), "limit": limit,
-                              "bertkit_commit": _git("rev-parse", "HEAD"),
-                              "uncommitted_files": len(_git("status", "--porcelain",
-                                                            "--untracked-files=no").splitlines())}}
+    manifest = {
+        "made_from": {
+            "preset": preset,
+            "data": str(data.resolve()),
+            "limit": limit,
+            "bertkit_commit": _git("rev-parse", "HEAD"),
+            "uncommitted_files": len(
+                _git("status", "--porcelain", "--untracked-files=no").splitlines()
+            ),
+        }
+    }
     _copy_tokenizer(checkpoint, out / "tokenizer")
     with tempfile.TemporaryDirectory(prefix="gpu-carry-") as scratch:
         files = _data_files(data, Path(scratch), limit)
         _write_text_copies(files, out / "sst2")
         manifest["features"] = {
             name: _featurize(recipe, out / f"{name}.yaml", out / f"{name}.features.npz")
-            for name, recipe in _recipes(preset, files).items()}
+            for name, recipe in _recipes(preset, files).items()
+        }
     if wheels:
         manifest["wheels"] = _wheels(out / "wheels")
     manifest["bytes"] = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
@@ -81,12 +107,27 @@ def _recipes(preset: str, files: dict) -> dict:
     """The project's recipes with this data, one epoch, no test split and no output_dir."""
     recipes = {}
     for name, source, data in (
-            ("sst2", "quickstart.yaml", {"train": files["sst2_train"],
-                                         "validation": files["sst2_dev"],
-                                         "text": "sentence", "label": "label"}),
-            ("conll", "ner.yaml", {"train": files["conll_train"],
-                                   "validation": files["conll_dev"],
-                                   "format": "conll", "scheme": "iob2"})):
+        (
+            "sst2",
+            "quickstart.yaml",
+            {
+                "train": files["sst2_train"],
+                "validation": files["sst2_dev"],
+                "text": "sentence",
+                "label": "label",
+            },
+        ),
+        (
+            "conll",
+            "ner.yaml",
+            {
+                "train": files["conll_train"],
+                "validation": files["conll_dev"],
+                "format": "conll",
+                "scheme": "iob2",
+            },
+        ),
+    ):
         recipe = yaml.safe_load((REPOSITORY / "recipes" / source).read_text())
         recipe.pop("output_dir", None)
         recipe["backbone"]["preset"] = preset
@@ -98,9 +139,12 @@ def _recipes(preset: str, files: dict) -> dict:
 
 def _data_files(data: Path, scratch: Path, limit: int | None) -> dict:
     """The four data files; with `limit`, copies of their first `limit` rows/sentences."""
-    files = {"sst2_train": data / "sst2" / "train.tsv", "sst2_dev": data / "sst2" / "dev.tsv",
-             "conll_train": data / "conll2003" / "train.txt",
-             "conll_dev": data / "conll2003" / "dev.txt"}
+    files = {
+        "sst2_train": data / "sst2" / "train.tsv",
+        "sst2_dev": data / "sst2" / "dev.tsv",
+        "conll_train": data / "conll2003" / "train.txt",
+        "conll_dev": data / "conll2003" / "dev.txt",
+    }
     missing = [str(path) for path in files.values() if not path.is_file()]
     if missing:
         raise SystemExit(f"gpu_check prepare: not found: {', '.join(missing)}")
@@ -114,7 +158,7 @@ def _data_files(data: Path, scratch: Path, limit: int | None) -> dict:
         limited[key] = scratch / f"{key}{path.suffix}"
         if key.startswith("sst2"):
             lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-            limited[key].write_text("".join(lines[:limit + 1]), encoding="utf-8")
+            limited[key].write_text("".join(lines[: limit + 1]), encoding="utf-8")
         else:
             write_first_sentences(path, limited[key], limit)
     return limited
@@ -139,10 +183,16 @@ def _featurize(recipe: dict, recipe_file: Path, features_file: Path) -> dict:
     np.savez_compressed(packed, **arrays)
     packed.replace(features_file)
     header = json.loads(bytes(arrays["header"]).decode())
-    rows = {split: len(arrays[f"{split}/example_index"]) for split in ("train", "validation")
-            if f"{split}/example_index" in arrays}
-    return {"rows": rows, "bytes": features_file.stat().st_size,
-            "validation_kept": "validation" in header}
+    rows = {
+        split: len(arrays[f"{split}/example_index"])
+        for split in ("train", "validation")
+        if f"{split}/example_index" in arrays
+    }
+    return {
+        "rows": rows,
+        "bytes": features_file.stat().st_size,
+        "validation_kept": "validation" in header,
+    }
 
 
 def _copy_tokenizer(checkpoint: Path, folder: Path) -> None:
@@ -161,15 +211,22 @@ def _wheels(folder: Path) -> dict:
     commands = {"bertkit": pip + ["wheel", "--no-deps", "-w", str(folder), str(REPOSITORY)]}
     for name in DEPENDENCIES + EXTRAS:
         into = folder / "extra" if name in EXTRAS else folder
-        commands[name] = pip + ["download", "--no-deps", "-d", str(into), *TARGET,
-                                f"{name}=={metadata.version(name)}"]
+        commands[name] = pip + [
+            "download",
+            "--no-deps",
+            "-d",
+            str(into),
+            *TARGET,
+            f"{name}=={metadata.version(name)}",
+        ]
     results = {}
     for name, command in commands.items():
         done = subprocess.run(command, capture_output=True, text=True)
         lines = (done.stderr or done.stdout).strip().splitlines()
         problem = "building the wheel" if name == "bertkit" else "no cp312 manylinux wheel"
-        results[name] = ("ok" if done.returncode == 0 else
-                         f"FAILED: {problem}: {lines[-1] if lines else '?'}")
+        results[name] = (
+            "ok" if done.returncode == 0 else f"FAILED: {problem}: {lines[-1] if lines else '?'}"
+        )
         if done.returncode:
             print(f"gpu_check prepare: {name}: {results[name]}", file=sys.stderr)
     if results["bertkit"] == "ok":
@@ -179,18 +236,24 @@ def _wheels(folder: Path) -> dict:
 
 
 def _complete(wheel: Path) -> str:
-    """"ok" when the wheel holds every package of the checkout's bertkit and bertkit_tasks."""
+    """ "ok" when the wheel holds every package of the checkout's bertkit and bertkit_tasks."""
     import zipfile
 
-    packages = {str(p.parent.relative_to(REPOSITORY)) for name in ("bertkit", "bertkit_tasks")
-                for p in (REPOSITORY / name).rglob("__init__.py")}
-    held = {str(Path(n).parent) for n in zipfile.ZipFile(wheel).namelist()
-            if n.endswith("__init__.py")}
+    packages = {
+        str(p.parent.relative_to(REPOSITORY))
+        for name in ("bertkit", "bertkit_tasks")
+        for p in (REPOSITORY / name).rglob("__init__.py")
+    }
+    held = {
+        str(Path(n).parent) for n in zipfile.ZipFile(wheel).namelist() if n.endswith("__init__.py")
+    }
     missing = sorted(packages - held)
     if not missing:
         return "ok"
-    message = (f"FAILED: the wheel lacks {', '.join(missing)} (pyproject.toml's "
-               "[tool.setuptools.packages.find] include must name them)")
+    message = (
+        f"FAILED: the wheel lacks {', '.join(missing)} (pyproject.toml's "
+        "[tool.setuptools.packages.find] include must name them)"
+    )
     print(f"gpu_check prepare: bertkit: {message}", file=sys.stderr)
     return message
 

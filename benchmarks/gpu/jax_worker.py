@@ -1,14 +1,14 @@
 """The JAX side of `gpu_check.py`, one command per process; TensorFlow is never imported.
 
-    matmul --size N          bf16 N x N matmul TFLOP/s through JAX (the ceiling for MFU),
-                             and the versions and device
-    steps --shape S --sequence-length L
-                             bertkit's model's steady-state training steps: the model of
-                             benchmarks/jax_train_throughput.py (keras-hub BertBackbone,
-                             bertkit's head and AdamW), mixed_bfloat16, synthetic full rows
-    checkpoint --shape S --tokenizer DIR --out DIR
-                             a random BERT in Hugging Face format written with NumPy (where
-                             torch is not installed; torch_worker.py's is the usual one)
+matmul --size N          bf16 N x N matmul TFLOP/s through JAX (the ceiling for MFU),
+                         and the versions and device
+steps --shape S --sequence-length L
+                         bertkit's model's steady-state training steps: the model of
+                         benchmarks/jax_train_throughput.py (keras-hub BertBackbone,
+                         bertkit's head and AdamW), mixed_bfloat16, synthetic full rows
+checkpoint --shape S --tokenizer DIR --out DIR
+                         a random BERT in Hugging Face format written with NumPy (where
+                         torch is not installed; torch_worker.py's is the usual one)
 """
 
 from __future__ import annotations
@@ -42,9 +42,12 @@ def environment() -> dict:
         except metadata.PackageNotFoundError:
             versions[name] = None
     device = jax.devices()[0]
-    return {"versions": versions, "platform": device.platform,
-            "device": getattr(device, "device_kind", str(device)),
-            "device_count": jax.device_count()}
+    return {
+        "versions": versions,
+        "platform": device.platform,
+        "device": getattr(device, "device_kind", str(device)),
+        "device_count": jax.device_count(),
+    }
 
 
 def matmul(args) -> None:
@@ -75,13 +78,18 @@ def steps(args) -> None:
     keras.config.set_dtype_policy("mixed_bfloat16")
     started = time.perf_counter()
     model = build_model(SHAPES[args.shape], args.sequence_length)
-    batches = synthetic_batches(settings["batch_size"], args.sequence_length,
-                                settings["warmup"] + settings["steps"])
+    batches = synthetic_batches(
+        settings["batch_size"], args.sequence_length, settings["warmup"] + settings["steps"]
+    )
     seconds = time_fit(model, batches, settings["warmup"])
-    report(sequences_per_second=settings["steps"] * settings["batch_size"] / seconds,
-           step_ms=1000 * seconds / settings["steps"], steps=settings["steps"],
-           batch_size=settings["batch_size"], sequence_length=args.sequence_length,
-           build_and_warmup_seconds=time.perf_counter() - started - seconds)
+    report(
+        sequences_per_second=settings["steps"] * settings["batch_size"] / seconds,
+        step_ms=1000 * seconds / settings["steps"],
+        steps=settings["steps"],
+        batch_size=settings["batch_size"],
+        sequence_length=args.sequence_length,
+        build_and_warmup_seconds=time.perf_counter() - started - seconds,
+    )
 
 
 def checkpoint(args) -> None:
@@ -93,15 +101,21 @@ def checkpoint(args) -> None:
 
     tokenizer, out = Path(args.tokenizer), Path(args.out)
     vocabulary = (tokenizer / "vocab.txt").read_text(encoding="utf-8").splitlines()
-    config = {"model_type": "bert", "architectures": ["BertModel"], "hidden_act": "gelu",
-              "type_vocab_size": 2, "layer_norm_eps": 1e-12,
-              **hf_config(args.shape, len(vocabulary))}
+    config = {
+        "model_type": "bert",
+        "architectures": ["BertModel"],
+        "hidden_act": "gelu",
+        "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12,
+        **hf_config(args.shape, len(vocabulary)),
+    }
     out.mkdir(parents=True, exist_ok=True)
     save_file(random_bert_state(config), str(out / "model.safetensors"))
     copy_tokenizer(tokenizer, out)
     (out / "config.json").write_text(json.dumps(config, indent=2))
-    report(writer="numpy", vocabulary_size=len(vocabulary), files=sorted(
-        p.name for p in out.iterdir()))
+    report(
+        writer="numpy", vocabulary_size=len(vocabulary), files=sorted(p.name for p in out.iterdir())
+    )
 
 
 def copy_tokenizer(tokenizer: Path, out: Path) -> None:

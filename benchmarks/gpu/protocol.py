@@ -14,14 +14,16 @@ RESULT_PREFIX = "GPU_CHECK_RESULT "
 # keras-hub's names; "base" is BERT-base (benchmarks/jax_train_throughput.py's "base").
 # "tiny" is smaller than jax_train_throughput's tiny: the dry run checks the plumbing and
 # one layer compiles in half the time on a CPU.
-SHAPES = {"base": dict(num_layers=12, hidden_dim=768, num_heads=12, intermediate_dim=3072),
-          "tiny": dict(num_layers=1, hidden_dim=32, num_heads=2, intermediate_dim=64)}
+SHAPES = {
+    "base": dict(num_layers=12, hidden_dim=768, num_heads=12, intermediate_dim=3072),
+    "tiny": dict(num_layers=1, hidden_dim=32, num_heads=2, intermediate_dim=64),
+}
 
 # steady-state step timings and the matmul ceiling, per shape
-SETTINGS = {"base": dict(matmul_size=8192, sequence_lengths=(128, 384), batch_size=32,
-                         steps=30, warmup=5),
-            "tiny": dict(matmul_size=256, sequence_lengths=(32, 64), batch_size=4,
-                         steps=2, warmup=1)}
+SETTINGS = {
+    "base": dict(matmul_size=8192, sequence_lengths=(128, 384), batch_size=32, steps=30, warmup=5),
+    "tiny": dict(matmul_size=256, sequence_lengths=(32, 64), batch_size=4, steps=2, warmup=1),
+}
 
 MAX_POSITIONS = 512
 SYNTHETIC_VOCABULARY = 30522  # the step timings' synthetic rows (ids 1000..30000)
@@ -30,10 +32,14 @@ SYNTHETIC_VOCABULARY = 30522  # the step timings' synthetic rows (ids 1000..3000
 def hf_config(shape: str, vocabulary_size: int) -> dict:
     """A `transformers.BertConfig`'s keyword arguments for `SHAPES[shape]`."""
     dims = SHAPES[shape]
-    return {"vocab_size": vocabulary_size, "max_position_embeddings": MAX_POSITIONS,
-            "num_hidden_layers": dims["num_layers"], "hidden_size": dims["hidden_dim"],
-            "num_attention_heads": dims["num_heads"],
-            "intermediate_size": dims["intermediate_dim"]}
+    return {
+        "vocab_size": vocabulary_size,
+        "max_position_embeddings": MAX_POSITIONS,
+        "num_hidden_layers": dims["num_layers"],
+        "hidden_size": dims["hidden_dim"],
+        "num_attention_heads": dims["num_heads"],
+        "intermediate_size": dims["intermediate_dim"],
+    }
 
 
 def report(**figures) -> None:
@@ -45,5 +51,5 @@ def read_result(log_text: str) -> dict | None:
     """The last result line of a worker's output, or None."""
     for line in reversed(log_text.splitlines()):
         if line.startswith(RESULT_PREFIX):
-            return json.loads(line[len(RESULT_PREFIX):])
+            return json.loads(line[len(RESULT_PREFIX) :])
     return None

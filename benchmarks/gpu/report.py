@@ -13,23 +13,31 @@ the same run (torch's where JAX's is missing):
 
 from __future__ import annotations
 
-ROWS = (("matmul_jax", "matmul ceiling, JAX bf16"),
-        ("matmul_torch", "matmul ceiling, torch bf16"),
-        ("checkpoint", "random BERT checkpoint (HF format)"),
-        ("hf_steps_0", "transformers steps, seq {0}"),
-        ("hf_steps_1", "transformers steps, seq {1}"),
-        ("bertkit_steps_0", "bertkit steps, seq {0}"),
-        ("bertkit_steps_1", "bertkit steps, seq {1}"),
-        ("finetune_sst2", "bertkit finetune --features, SST-2, 1 epoch"),
-        ("hf_sst2", "transformers whole loop, SST-2, 1 epoch"),
-        ("finetune_conll", "bertkit finetune --features, CoNLL-2003, 1 epoch"))
+ROWS = (
+    ("matmul_jax", "matmul ceiling, JAX bf16"),
+    ("matmul_torch", "matmul ceiling, torch bf16"),
+    ("checkpoint", "random BERT checkpoint (HF format)"),
+    ("hf_steps_0", "transformers steps, seq {0}"),
+    ("hf_steps_1", "transformers steps, seq {1}"),
+    ("bertkit_steps_0", "bertkit steps, seq {0}"),
+    ("bertkit_steps_1", "bertkit steps, seq {1}"),
+    ("finetune_sst2", "bertkit finetune --features, SST-2, 1 epoch"),
+    ("hf_sst2", "transformers whole loop, SST-2, 1 epoch"),
+    ("finetune_conll", "bertkit finetune --features, CoNLL-2003, 1 epoch"),
+)
 
 
 def derive(results: dict, shape: dict, flops_per_sequence) -> float | None:
     """Adds `sequences_per_second`, `tflops` and `mfu` to the records that train; returns
     the ceiling used. `flops_per_sequence(shape, length)` is None when unavailable."""
-    peak = next((results[key]["tflops"] for key in ("matmul_jax", "matmul_torch")
-                 if results.get(key, {}).get("status") == "ok"), None)
+    peak = next(
+        (
+            results[key]["tflops"]
+            for key in ("matmul_jax", "matmul_torch")
+            if results.get(key, {}).get("status") == "ok"
+        ),
+        None,
+    )
     for key, record in results.items():
         if record.get("status") != "ok":
             continue
@@ -41,8 +49,12 @@ def derive(results: dict, shape: dict, flops_per_sequence) -> float | None:
             seconds, share = _training_seconds(key, record)
             if seconds:
                 flops = _flops(flops_per_sequence, shape, record["train_lengths"])
-                _add_rate(record, share * record["train_rows"] / seconds,
-                          flops and flops / record["train_rows"], peak)
+                _add_rate(
+                    record,
+                    share * record["train_rows"] / seconds,
+                    flops and flops / record["train_rows"],
+                    peak,
+                )
     return peak
 
 
@@ -66,12 +78,12 @@ def _training_seconds(key: str, record: dict) -> tuple[float | None, float]:
 def _flops(flops_per_sequence, shape: dict, lengths: dict) -> float | None:
     if flops_per_sequence is None:
         return None
-    return sum(count * flops_per_sequence(shape, int(length)) for length, count in
-               lengths.items())
+    return sum(count * flops_per_sequence(shape, int(length)) for length, count in lengths.items())
 
 
-def _add_rate(record: dict, sequences_per_second: float, flops: float | None,
-              peak: float | None) -> None:
+def _add_rate(
+    record: dict, sequences_per_second: float, flops: float | None, peak: float | None
+) -> None:
     record["sequences_per_second"] = sequences_per_second
     if flops:
         record["tflops"] = sequences_per_second * flops / 1e12
@@ -81,19 +93,25 @@ def _add_rate(record: dict, sequences_per_second: float, flops: float | None,
 
 def table(results: dict, sequence_lengths, header: list[str]) -> str:
     """The markdown table, with the header lines above it and the ratios below."""
-    lines = [*header, "", "| stage | status | seq/s | MFU | wall s | details |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        *header,
+        "",
+        "| stage | status | seq/s | MFU | wall s | details |",
+        "|---|---|---|---|---|---|",
+    ]
     for key, label in ROWS:
         record = results.get(key, {"status": "not run"})
         status = record["status"]
         rate = record.get("sequences_per_second")
         mfu = record.get("mfu")
         wall = record.get("wall_seconds")
-        lines.append(f"| {label.format(*sequence_lengths)} | {_cell(status)} | "
-                     f"{f'{rate:,.1f}' if rate else '-'} | "
-                     f"{f'{100 * mfu:.1f}%' if mfu else '-'} | "
-                     f"{f'{wall:.1f}' if wall is not None else '-'} | "
-                     f"{_cell(details(key, record))} |")
+        lines.append(
+            f"| {label.format(*sequence_lengths)} | {_cell(status)} | "
+            f"{f'{rate:,.1f}' if rate else '-'} | "
+            f"{f'{100 * mfu:.1f}%' if mfu else '-'} | "
+            f"{f'{wall:.1f}' if wall is not None else '-'} | "
+            f"{_cell(details(key, record))} |"
+        )
     return "\n".join(lines + [""] + ratios(results, sequence_lengths))
 
 
@@ -106,43 +124,60 @@ def details(key: str, record: dict) -> str:
     if key == "checkpoint":
         return f"written with {record['writer']}, vocabulary {record['vocabulary_size']}"
     if "sequence_length" in record:
-        return (f"{record['step_ms']:.1f} ms/step, batch {record['batch_size']}, "
-                f"{record['steps']} steps after warm-up "
-                f"({record['build_and_warmup_seconds']:.1f} s build + warm-up)")
-    parts = [f"{name} {seconds:.1f}" for name, seconds in record.get("phases", {}).items()
-             if name != "total" and seconds >= 0.05]
+        return (
+            f"{record['step_ms']:.1f} ms/step, batch {record['batch_size']}, "
+            f"{record['steps']} steps after warm-up "
+            f"({record['build_and_warmup_seconds']:.1f} s build + warm-up)"
+        )
+    parts = [
+        f"{name} {seconds:.1f}"
+        for name, seconds in record.get("phases", {}).items()
+        if name != "total" and seconds >= 0.05
+    ]
     if record.get("compilation"):
         compiled = record["compilation"]
-        parts.append(f"compiled {compiled.get('programs')} programs in "
-                     f"{compiled.get('seconds', 0):.1f} s ({compiled.get('from_cache')} cached)")
+        parts.append(
+            f"compiled {compiled.get('programs')} programs in "
+            f"{compiled.get('seconds', 0):.1f} s ({compiled.get('from_cache')} cached)"
+        )
         ahead = compiled.get("precompiled")
         if isinstance(ahead, dict):
-            parts.append(f"{ahead.get('programs')} of them before the first step in "
-                         f"{ahead.get('seconds', 0):.1f} s")
+            parts.append(
+                f"{ahead.get('programs')} of them before the first step in "
+                f"{ahead.get('seconds', 0):.1f} s"
+            )
     score = record.get("validation") or (
-        {"accuracy": record["accuracy"]} if "accuracy" in record else None)
+        {"accuracy": record["accuracy"]} if "accuracy" in record else None
+    )
     if score:
-        parts.append("dev " + ", ".join(f"{k} {v:.4f}" for k, v in score.items()
-                                        if isinstance(v, float)))
+        parts.append(
+            "dev " + ", ".join(f"{k} {v:.4f}" for k, v in score.items() if isinstance(v, float))
+        )
     elif key.startswith("finetune"):
         parts.append("no validation (decodes with TensorFlow)")
-    return f"{record.get('train_rows', '?')} rows, {record.get('steps', '?')} steps; " + \
-        ", ".join(parts)
+    return f"{record.get('train_rows', '?')} rows, {record.get('steps', '?')} steps; " + ", ".join(
+        parts
+    )
 
 
 def ratios(results: dict, sequence_lengths) -> list[str]:
     lines = []
     for index, length in enumerate(sequence_lengths):
-        ours, theirs = (results.get(f"{who}_steps_{index}", {}).get("sequences_per_second")
-                        for who in ("bertkit", "hf"))
+        ours, theirs = (
+            results.get(f"{who}_steps_{index}", {}).get("sequences_per_second")
+            for who in ("bertkit", "hf")
+        )
         if ours and theirs:
-            lines.append(f"- steady-state steps, seq {length}: bertkit / transformers = "
-                         f"{ours / theirs:.2f}x")
+            lines.append(
+                f"- steady-state steps, seq {length}: bertkit / transformers = {ours / theirs:.2f}x"
+            )
     ours, theirs = (results.get(key, {}) for key in ("finetune_sst2", "hf_sst2"))
     if ours.get("status") == theirs.get("status") == "ok":
-        lines.append(f"- whole SST-2 epoch: bertkit {ours['wall_seconds']:.1f} s, transformers "
-                     f"{theirs['wall_seconds']:.1f} s (transformers / bertkit = "
-                     f"{theirs['wall_seconds'] / ours['wall_seconds']:.2f}x)")
+        lines.append(
+            f"- whole SST-2 epoch: bertkit {ours['wall_seconds']:.1f} s, transformers "
+            f"{theirs['wall_seconds']:.1f} s (transformers / bertkit = "
+            f"{theirs['wall_seconds'] / ours['wall_seconds']:.2f}x)"
+        )
     return lines
 
 

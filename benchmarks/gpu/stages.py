@@ -56,9 +56,11 @@ class Runner:
         print(f"--- {stage.label}: at most {timeout:.0f} s, log {log}", flush=True)
         launched, started, cpu = time.time(), time.perf_counter(), _children_cpu_seconds()
         code = self._wait(stage, timeout, log)
-        record = {"wall_seconds": round(time.perf_counter() - started, 2),
-                  "cpu_seconds": round(_children_cpu_seconds() - cpu, 2),
-                  "launched_at": launched}
+        record = {
+            "wall_seconds": round(time.perf_counter() - started, 2),
+            "cpu_seconds": round(_children_cpu_seconds() - cpu, 2),
+            "launched_at": launched,
+        }
         text = log.read_text(encoding="utf-8", errors="replace")
         return record | _outcome(stage, code, timeout, text)
 
@@ -66,9 +68,14 @@ class Runner:
         """The stage's exit code; None when it ran past `timeout` (then it and any process
         it started are killed)."""
         with log.open("w") as handle:
-            process = subprocess.Popen(stage.argv, stdout=handle, stderr=subprocess.STDOUT,
-                                       env=stage.env or self.env, cwd=self.cwd,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                stage.argv,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=stage.env or self.env,
+                cwd=self.cwd,
+                start_new_session=True,
+            )
             try:
                 return process.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -81,8 +88,11 @@ def _outcome(stage: Stage, code: int | None, timeout: float, text: str) -> dict:
     """The status and figures of a stage that ended with `code` and wrote `text`."""
     if code is None or code != 0:  # with what the worker reported before, if anything
         partial = _quietly(read_result, text) or {}
-        status = (f"timed out after {timeout:.0f} s; last: {last_line(text)}"
-                  if code is None else f"failed (exit {code}): {last_line(text)}")
+        status = (
+            f"timed out after {timeout:.0f} s; last: {last_line(text)}"
+            if code is None
+            else f"failed (exit {code}): {last_line(text)}"
+        )
         return partial | {"status": status}
     try:
         figures = stage.collect(text)
@@ -125,11 +135,15 @@ def finetune_figures(run_dir: Path, features_file: Path) -> Callable[[str], dict
         with np.load(features_file) as features:
             lengths = np.diff(features["train/token_ids/offsets"])
         values, counts = np.unique(lengths, return_counts=True)
-        return {"phases": record.get("phases", {}), "compilation": record.get("compilation"),
-                "finetune_called_at": record.get("finetune_called_at"),
-                "validation": (metrics.get("final") or {}).get("validation"),
-                "steps": steps_per_epoch(run_dir / "steps.json"), "train_rows": len(lengths),
-                "train_lengths": {str(v): int(c) for v, c in zip(values, counts, strict=True)}}
+        return {
+            "phases": record.get("phases", {}),
+            "compilation": record.get("compilation"),
+            "finetune_called_at": record.get("finetune_called_at"),
+            "validation": (metrics.get("final") or {}).get("validation"),
+            "steps": steps_per_epoch(run_dir / "steps.json"),
+            "train_rows": len(lengths),
+            "train_lengths": {str(v): int(c) for v, c in zip(values, counts, strict=True)},
+        }
 
     return collect
 

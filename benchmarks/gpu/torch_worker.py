@@ -36,8 +36,10 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def matmul(args) -> None:
-    found = {"versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-             "device": torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu"}
+    found = {
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "device": torch.cuda.get_device_name(0) if DEVICE == "cuda" else "cpu",
+    }
     report(**found)  # kept in the row even if the timing below fails or times out
     n, repeats = args.size, 10
     a = torch.randn(n, n, device=DEVICE, dtype=torch.bfloat16)
@@ -61,12 +63,16 @@ def checkpoint(args) -> None:
     torch.manual_seed(0)
     config = transformers.BertConfig(**hf_config(args.shape, len(vocabulary)))
     transformers.BertModel(config, add_pooling_layer=True).save_pretrained(
-        out, safe_serialization=True)
+        out, safe_serialization=True
+    )
     for file in tokenizer.iterdir():
         if file.is_file() and file.name != "config.json":
             shutil.copy(file, out / file.name)
-    report(writer="transformers", vocabulary_size=len(vocabulary),
-           files=sorted(p.name for p in out.iterdir()))
+    report(
+        writer="transformers",
+        vocabulary_size=len(vocabulary),
+        files=sorted(p.name for p in out.iterdir()),
+    )
 
 
 def steps(args) -> None:
@@ -74,10 +80,14 @@ def steps(args) -> None:
     batch, warmup, timed = settings["batch_size"], settings["warmup"], settings["steps"]
     torch.manual_seed(0)
     config = transformers.BertConfig(num_labels=2, **hf_config(args.shape, SYNTHETIC_VOCABULARY))
-    model = transformers.BertForSequenceClassification._from_config(
-        config, attn_implementation="sdpa").to(DEVICE).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5, weight_decay=0.01,
-                                  fused=DEVICE == "cuda")
+    model = (
+        transformers.BertForSequenceClassification._from_config(config, attn_implementation="sdpa")
+        .to(DEVICE)
+        .train()
+    )
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=5e-5, weight_decay=0.01, fused=DEVICE == "cuda"
+    )
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 30000, (batch, length), generator=generator).to(DEVICE)
     labels = torch.randint(0, 2, (batch,), generator=generator).to(DEVICE)
@@ -92,9 +102,15 @@ def steps(args) -> None:
         loss = train_step(model, batch_inputs, optimizer)
     float(loss)  # waits for the last step
     seconds = time.perf_counter() - started
-    report(sequences_per_second=timed * batch / seconds, step_ms=1000 * seconds / timed,
-           steps=timed, batch_size=batch, sequence_length=length,
-           attention=model.config._attn_implementation, build_and_warmup_seconds=warm)
+    report(
+        sequences_per_second=timed * batch / seconds,
+        step_ms=1000 * seconds / timed,
+        steps=timed,
+        batch_size=batch,
+        sequence_length=length,
+        attention=model.config._attn_implementation,
+        build_and_warmup_seconds=warm,
+    )
 
 
 def train_step(model, batch: dict, optimizer, schedule=None):
@@ -138,14 +154,22 @@ def sst2(args) -> None:
     dev_labels = [label_ids.get(label, -1) for label in dev_labels]
     tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
     model = transformers.BertForSequenceClassification.from_pretrained(
-        args.model, num_labels=len(label_ids), attn_implementation="sdpa").to(DEVICE)
+        args.model, num_labels=len(label_ids), attn_implementation="sdpa"
+    ).to(DEVICE)
     phase("load")
     encode = dict(truncation=True, max_length=args.max_length)
     train = tokenizer(train_texts, **encode)
     dev = tokenizer(dev_texts, **encode)
-    rows = [{"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "labels": label}
-            for ids, types, mask, label in zip(train["input_ids"], train["token_type_ids"],
-                                               train["attention_mask"], train_labels, strict=True)]
+    rows = [
+        {"input_ids": ids, "token_type_ids": types, "attention_mask": mask, "labels": label}
+        for ids, types, mask, label in zip(
+            train["input_ids"],
+            train["token_type_ids"],
+            train["attention_mask"],
+            train_labels,
+            strict=True,
+        )
+    ]
     phase("tokenize")
     steps = train_epochs(model, rows, tokenizer, args)
     phase("train")
@@ -153,10 +177,16 @@ def sst2(args) -> None:
     phase("evaluation")
     accuracy = sum(p == g for p, g in zip(predictions, dev_labels, strict=True)) / len(dev_labels)
     lengths = collections.Counter(len(ids) for ids in train["input_ids"])
-    report(phases=phases, imported_at=IMPORTED_AT,
-           finished_at=time.time(), train_rows=len(rows), steps=steps, accuracy=accuracy,
-           train_lengths={str(k): v for k, v in sorted(lengths.items())},
-           attention=model.config._attn_implementation)
+    report(
+        phases=phases,
+        imported_at=IMPORTED_AT,
+        finished_at=time.time(),
+        train_rows=len(rows),
+        steps=steps,
+        accuracy=accuracy,
+        train_lengths={str(k): v for k, v in sorted(lengths.items())},
+        attention=model.config._attn_implementation,
+    )
 
 
 def train_epochs(model, rows, tokenizer, args) -> int:
@@ -165,17 +195,27 @@ def train_epochs(model, rows, tokenizer, args) -> int:
     the device with bf16 autocast and fused AdamW."""
     generator = torch.Generator().manual_seed(42)
     loader = torch.utils.data.DataLoader(
-        rows, batch_size=args.batch_size, shuffle=True, generator=generator,
-        collate_fn=transformers.DataCollatorWithPadding(tokenizer), pin_memory=DEVICE == "cuda")
+        rows,
+        batch_size=args.batch_size,
+        shuffle=True,
+        generator=generator,
+        collate_fn=transformers.DataCollatorWithPadding(tokenizer),
+        pin_memory=DEVICE == "cuda",
+    )
     total = args.epochs * len(loader)
-    no_decay = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm)
-                for p in m.parameters()}
-    decay = [p for n, p in model.named_parameters()
-             if not n.endswith("bias") and id(p) not in no_decay]
+    no_decay = {
+        id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()
+    }
+    decay = [
+        p for n, p in model.named_parameters() if not n.endswith("bias") and id(p) not in no_decay
+    ]
     rest = [p for n, p in model.named_parameters() if n.endswith("bias") or id(p) in no_decay]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                                   {"params": rest, "weight_decay": 0.0}],
-                                  lr=args.learning_rate, eps=1e-6, fused=DEVICE == "cuda")
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
+        lr=args.learning_rate,
+        eps=1e-6,
+        fused=DEVICE == "cuda",
+    )
     schedule = transformers.get_linear_schedule_with_warmup(optimizer, int(0.1 * total), total)
     model.train()
     for epoch in range(args.epochs):
@@ -183,8 +223,10 @@ def train_epochs(model, rows, tokenizer, args) -> int:
             batch = {key: value.to(DEVICE, non_blocking=True) for key, value in batch.items()}
             loss = train_step(model, batch, optimizer, schedule)
             if step % 200 == 0:  # a host read now and then, as a logging user has
-                print(f"epoch {epoch + 1} step {step}/{len(loader)} loss {loss.item():.4f}",
-                      flush=True)
+                print(
+                    f"epoch {epoch + 1} step {step}/{len(loader)} loss {loss.item():.4f}",
+                    flush=True,
+                )
     return total
 
 
@@ -192,11 +234,12 @@ def train_epochs(model, rows, tokenizer, args) -> int:
 def evaluate(model, encoded, tokenizer, batch_size: int) -> list[int]:
     model.eval()
     collator = transformers.DataCollatorWithPadding(tokenizer)
-    rows = [{key: encoded[key][i] for key in encoded.keys()}
-            for i in range(len(encoded["input_ids"]))]
+    rows = [
+        {key: encoded[key][i] for key in encoded.keys()} for i in range(len(encoded["input_ids"]))
+    ]
     predictions = []
     for first in range(0, len(rows), batch_size):
-        batch = {k: v.to(DEVICE) for k, v in collator(rows[first:first + batch_size]).items()}
+        batch = {k: v.to(DEVICE) for k, v in collator(rows[first : first + batch_size]).items()}
         with torch.autocast(DEVICE, dtype=torch.bfloat16):
             predictions += model(**batch).logits.argmax(-1).tolist()
     return predictions
@@ -220,8 +263,7 @@ def main() -> None:
     sub.add_argument("--learning-rate", type=float, required=True)
     args = parser.parse_args()
     transformers.logging.set_verbosity_error()  # no load report for the new head
-    {"matmul": matmul, "checkpoint": checkpoint, "steps": steps,
-     "sst2": sst2}[args.command](args)
+    {"matmul": matmul, "checkpoint": checkpoint, "steps": steps, "sst2": sst2}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -56,5 +56,8 @@ class PackedSteps:
     def step_shape(self, lengths: np.ndarray) -> tuple[int, int, int]:
         """(rows, packed rows, width) of the step made of rows with these token counts."""
         width = packing_width(int(lengths.max()), self.pad_lengths)
-        return len(lengths), packed_row_count(len(pack_lengths(lengths, width)),
-                                              self.row_counts), width
+        return (
+            len(lengths),
+            packed_row_count(len(pack_lengths(lengths, width)), self.row_counts),
+            width,
+        )

@@ -25,8 +25,9 @@ import numpy as np
 from bertkit.padding import padded_length
 
 
-def epoch_batches(lengths: np.ndarray, batch_size: int, buckets: tuple[int, ...], seed: int,
-                  epoch: int) -> list:
+def epoch_batches(
+    lengths: np.ndarray, batch_size: int, buckets: tuple[int, ...], seed: int, epoch: int
+) -> list:
     """Row indices of each training batch of one epoch: bucketed by length, shuffled.
 
     Rows are grouped by the bucket their length pads to, shuffled within the
@@ -45,11 +46,11 @@ def epoch_batches(lengths: np.ndarray, batch_size: int, buckets: tuple[int, ...]
     for bucket in np.unique(bucket_of_row):
         rows = rng.permutation(np.flatnonzero(bucket_of_row == bucket))
         full = len(rows) - len(rows) % batch_size
-        batches += [rows[i:i + batch_size] for i in range(0, full, batch_size)]
+        batches += [rows[i : i + batch_size] for i in range(0, full, batch_size)]
         remainders.append(rows[full:])
     rest = np.concatenate(remainders)
     rest = rest[np.argsort(lengths[rest], kind="stable")]
-    batches += [rest[i:i + batch_size] for i in range(0, len(rest), batch_size)]
+    batches += [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
@@ -67,8 +68,9 @@ def random_batches(num_rows: int, batch_size: int, seed: int, epoch: int) -> lis
     return np.array_split(rng.permutation(num_rows), -(-num_rows // batch_size))
 
 
-def split_by_length(rows: np.ndarray, lengths: np.ndarray, parts: int,
-                    buckets: tuple[int, ...]) -> list:
+def split_by_length(
+    rows: np.ndarray, lengths: np.ndarray, parts: int, buckets: tuple[int, ...]
+) -> list:
     """`rows` cut into `parts` micro-batches with the fewest padded tokens in all.
 
     Rows are sorted by length and cut where the padded total (each part padded
@@ -120,8 +122,9 @@ class RandomMicroBatches:
     """Order: batches drawn at random (`random_batches`), each split into `parts` steps of
     similar lengths (`split_by_length`) whose gradients are accumulated."""
 
-    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, parts: int,
-                 pad_lengths: tuple):
+    def __init__(
+        self, lengths: np.ndarray, batch_size: int, seed: int, parts: int, pad_lengths: tuple
+    ):
         self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
         self.parts, self.pad_lengths = parts, pad_lengths
 
@@ -131,5 +134,8 @@ class RandomMicroBatches:
     def step_rows(self, epoch: int) -> list:
         if self.parts == 1:
             return self.batches(epoch)
-        return [part for rows in self.batches(epoch)
-                for part in split_by_length(rows, self.lengths, self.parts, self.pad_lengths)]
+        return [
+            part
+            for rows in self.batches(epoch)
+            for part in split_by_length(rows, self.lengths, self.parts, self.pad_lengths)
+        ]

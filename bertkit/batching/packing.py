@@ -81,12 +81,16 @@ def packed_row_counts(batch_size: int) -> tuple[int, ...]:
         >>> packed_row_counts(24)
         (1, 2, 4, 8, 16, 24)
     """
-    counts = [2 ** k for k in range(batch_size.bit_length()) if 2 ** k < batch_size]
+    counts = [2**k for k in range(batch_size.bit_length()) if 2**k < batch_size]
     return (*counts, batch_size)
 
 
-def pack_batch(features: Features, rows: np.ndarray, pad_lengths: tuple[int, ...],
-               row_counts: tuple[int, ...] | None = None) -> dict:
+def pack_batch(
+    features: Features,
+    rows: np.ndarray,
+    pad_lengths: tuple[int, ...],
+    row_counts: tuple[int, ...] | None = None,
+) -> dict:
     """Columns of `rows` packed into rows of `packing_width` tokens.
 
     Sequence columns become (packed rows, width) arrays, padded with their
@@ -110,10 +114,12 @@ def pack_batch(features: Features, rows: np.ndarray, pad_lengths: tuple[int, ...
     lengths = features.lengths(rows)
     width = packing_width(int(lengths.max()), pad_lengths)
     layout = pack_lengths(lengths, width)
-    columns = {name: column for name, column in features.columns.items()
-               if features.is_sequence(name)}
-    batch = _empty_packed_batch(features, columns, rows,
-                                (packed_row_count(len(layout), row_counts), width))
+    columns = {
+        name: column for name, column in features.columns.items() if features.is_sequence(name)
+    }
+    batch = _empty_packed_batch(
+        features, columns, rows, (packed_row_count(len(layout), row_counts), width)
+    )
     for packed_row, members in enumerate(layout):
         _place_rows(batch, columns, rows, lengths, packed_row, members)
     for name, column in features.columns.items():
@@ -130,20 +136,31 @@ def packed_row_count(count: int, row_counts: tuple[int, ...] | None) -> int:
     return max(allowed, count)
 
 
-def _empty_packed_batch(features: Features, columns: dict, rows: np.ndarray,
-                        shape: tuple[int, int]) -> dict:
+def _empty_packed_batch(
+    features: Features, columns: dict, rows: np.ndarray, shape: tuple[int, int]
+) -> dict:
     """The packing inputs, zeros, and each sequence column of `columns` as its padding."""
-    batch = {"padding_mask": np.zeros(shape, np.int32), "position_ids": np.zeros(shape, np.int32),
-             "sequence_index": np.zeros(shape, np.int32),
-             "first_token_index": np.zeros(len(rows), np.int32), "row_index": rows}
+    batch = {
+        "padding_mask": np.zeros(shape, np.int32),
+        "position_ids": np.zeros(shape, np.int32),
+        "sequence_index": np.zeros(shape, np.int32),
+        "first_token_index": np.zeros(len(rows), np.int32),
+        "row_index": rows,
+    }
     for name, column in columns.items():
         dtype = np.asarray(column[rows[0]]).dtype
         batch[name] = np.full(shape, features.pad_values.get(name, 0), dtype=dtype)
     return batch
 
 
-def _place_rows(batch: dict, columns: dict, rows: np.ndarray, lengths: np.ndarray,
-                packed_row: int, members: list[int]) -> None:
+def _place_rows(
+    batch: dict,
+    columns: dict,
+    rows: np.ndarray,
+    lengths: np.ndarray,
+    packed_row: int,
+    members: list[int],
+) -> None:
     """Writes `members` (indices into `rows`) end to end into packed row `packed_row`."""
     width = batch["padding_mask"].shape[1]
     start = 0

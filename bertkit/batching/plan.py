@@ -71,14 +71,23 @@ class BatchPlan:
         """The rules between a recipe's batch options; `error(message, key)` makes the
         `UserError` (with the recipe's line) for `training.<key>`."""
         if training.micro_batches > 1 and training.batch_order != "random":
-            raise error("micro_batches needs batch_order: random (length-bucketed batches "
-                        "are padded alike already)", "micro_batches")
+            raise error(
+                "micro_batches needs batch_order: random (length-bucketed batches "
+                "are padded alike already)",
+                "micro_batches",
+            )
         if training.micro_batches > training.batch_size:
-            raise error(f"cannot split batches of {training.batch_size} rows into "
-                        f"{training.micro_batches} micro-batches", "micro_batches")
+            raise error(
+                f"cannot split batches of {training.batch_size} rows into "
+                f"{training.micro_batches} micro-batches",
+                "micro_batches",
+            )
         if training.packing and not task_class.packs:
-            raise error(f"the {task_class.name} task cannot pack rows (packing: true): "
-                        "only tasks that declare `packs` can", "packing")
+            raise error(
+                f"the {task_class.name} task cannot pack rows (packing: true): "
+                "only tasks that declare `packs` can",
+                "packing",
+            )
 
     @staticmethod
     def check_devices(training, devices: int, backend: str, source=None) -> None:
@@ -87,22 +96,34 @@ class BatchPlan:
         for key in ("batch_size", "eval_batch_size"):
             size = getattr(training, key)
             if size is not None and size % devices:
-                raise UserError(f"{size} rows do not split evenly over {devices} devices; use "
-                                f"a multiple of {devices}", source=source, key=f"training.{key}")
+                raise UserError(
+                    f"{size} rows do not split evenly over {devices} devices; use "
+                    f"a multiple of {devices}",
+                    source=source,
+                    key=f"training.{key}",
+                )
         if training.packing:
-            raise UserError(f"packed batches train on one device, not {devices}; set "
-                            "training.packing to false or distribution: one_device",
-                            source=source, key="training.packing")
-        if backend == "tensorflow" and (training.gradient_accumulation_steps
-                                        * training.micro_batches > 1):
-            raise UserError("Keras cannot accumulate gradients under tf.distribute; set "
-                            "training.gradient_accumulation_steps and training.micro_batches "
-                            "to 1, use distribution: one_device, or the JAX backend",
-                            source=source, key="training.gradient_accumulation_steps")
+            raise UserError(
+                f"packed batches train on one device, not {devices}; set "
+                "training.packing to false or distribution: one_device",
+                source=source,
+                key="training.packing",
+            )
+        if backend == "tensorflow" and (
+            training.gradient_accumulation_steps * training.micro_batches > 1
+        ):
+            raise UserError(
+                "Keras cannot accumulate gradients under tf.distribute; set "
+                "training.gradient_accumulation_steps and training.micro_batches "
+                "to 1, use distribution: one_device, or the JAX backend",
+                source=source,
+                key="training.gradient_accumulation_steps",
+            )
 
     @classmethod
-    def from_recipe(cls, recipe, *, compiles_each_shape: bool, row_multiple: int = 1,
-                    buckets=None) -> BatchPlan:
+    def from_recipe(
+        cls, recipe, *, compiles_each_shape: bool, row_multiple: int = 1, buckets=None
+    ) -> BatchPlan:
         """The plan of `recipe`'s run.
 
         Args:
@@ -116,16 +137,23 @@ class BatchPlan:
         from bertkit.batching.packing import packed_row_counts
 
         training = recipe.training
-        buckets = tuple(buckets or bucket_lengths(recipe.backbone.sequence_length,
-                                                  training.bucket_lengths))
+        buckets = tuple(
+            buckets or bucket_lengths(recipe.backbone.sequence_length, training.bucket_lengths)
+        )
         counts = None
         if training.packing and compiles_each_shape:
             counts = packed_row_counts(training.batch_size)
-        return cls(batch_size=training.batch_size, buckets=buckets,
-                   pad_lengths=padding_lengths(buckets, compiles_each_shape),
-                   order=training.batch_order, micro_batches=training.micro_batches,
-                   packing=training.packing, packed_row_counts=counts,
-                   row_multiple=row_multiple, seed=training.seed)
+        return cls(
+            batch_size=training.batch_size,
+            buckets=buckets,
+            pad_lengths=padding_lengths(buckets, compiles_each_shape),
+            order=training.batch_order,
+            micro_batches=training.micro_batches,
+            packing=training.packing,
+            packed_row_counts=counts,
+            row_multiple=row_multiple,
+            seed=training.seed,
+        )
 
     # ---- what a run trains on
     def order_strategy(self, lengths: np.ndarray):
@@ -133,8 +161,9 @@ class BatchPlan:
         from bertkit.batching.orders import LengthBuckets, RandomMicroBatches
 
         if self.order == "random":
-            return RandomMicroBatches(lengths, self.batch_size, self.seed, self.micro_batches,
-                                      self.pad_lengths)
+            return RandomMicroBatches(
+                lengths, self.batch_size, self.seed, self.micro_batches, self.pad_lengths
+            )
         return LengthBuckets(lengths, self.batch_size, self.buckets, self.seed)
 
     def layout(self):

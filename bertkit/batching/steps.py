@@ -93,8 +93,11 @@ class TrainingBatches:
         batches = self.order.batches(0)
         smallest = min(len(rows) for rows in batches)
         if smallest < self.micro_batches:
-            raise UserError(f"a batch of {smallest} training rows cannot be split into "
-                            f"{self.micro_batches} micro-batches", key="training.micro_batches")
+            raise UserError(
+                f"a batch of {smallest} training rows cannot be split into "
+                f"{self.micro_batches} micro-batches",
+                key="training.micro_batches",
+            )
         self._steps = len(batches) * self.micro_batches
         self._made = (None, None)  # ((epoch, first step of a batch), its made parts)
         self._lock = threading.Lock()
@@ -130,8 +133,15 @@ class TrainingBatches:
         for step in range(first, first + self.micro_batches):
             rows = fill_rows(self._epoch_steps[step], self.row_multiple)
             share = process_share(len(rows))  # this process's rows; all of them in one
-            made.append(self.layout.make(self.task, self.features, rows[share],
-                                         int(self.lengths[rows].max()), self._rng(epoch, step)))
+            made.append(
+                self.layout.make(
+                    self.task,
+                    self.features,
+                    rows[share],
+                    int(self.lengths[rows].max()),
+                    self._rng(epoch, step),
+                )
+            )
             real = len(self._epoch_steps[step])  # the filler rows come after these
             counts.append((min(max(real - share.start, 0), len(rows[share])), len(rows[share])))
         filled = any(real < size for real, size in counts)
@@ -143,8 +153,10 @@ class TrainingBatches:
             # which Keras's distributed input needs).
             made = [(inputs, targets, _row_weights(targets)) for inputs, targets, _ in made]
         if filled:  # filler rows (see fill_rows) weigh nothing
-            made = [(inputs, targets, _zero_filler_rows(w, real))
-                    for (inputs, targets, w), (real, _) in zip(made, counts, strict=True)]
+            made = [
+                (inputs, targets, _zero_filler_rows(w, real))
+                for (inputs, targets, w), (real, _) in zip(made, counts, strict=True)
+            ]
         weights = _normalize_each_output([w for _, _, w in made])
         return [(inputs, targets, w) for (inputs, targets, _), w in zip(made, weights, strict=True)]
 
@@ -163,7 +175,8 @@ class TrainingBatches:
         def spec(value):
             return tf.nest.map_structure(
                 lambda v: tf.TensorSpec((None,) * np.ndim(v), tf.as_dtype(np.asarray(v).dtype)),
-                value)
+                value,
+            )
 
         def steps():
             return (self.batch(step) for step in range(first_step, len(self)))
@@ -207,9 +220,12 @@ class BatchesPyDataset(keras.utils.PyDataset):
         if step + 1 < len(self.batches):
             if self._executor is None:
                 self._executor = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="bertkit-batches")
-            self._ahead = ((epoch, step + 1),
-                           self._executor.submit(self.batches.batch, step + 1, epoch))
+                    max_workers=1, thread_name_prefix="bertkit-batches"
+                )
+            self._ahead = (
+                (epoch, step + 1),
+                self._executor.submit(self.batches.batch, step + 1, epoch),
+            )
         return made
 
     def __del__(self):

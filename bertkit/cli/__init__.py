@@ -12,17 +12,7 @@ import os
 import signal
 import sys
 
-from bertkit.cli import (
-    check,
-    evaluate,
-    export,
-    featurize,
-    finetune,
-    predict,
-    schema,
-    tasks,
-    tune,
-)
+from bertkit.cli import check, evaluate, export, featurize, finetune, predict, schema, tasks, tune
 from bertkit.cli.quiet_import import import_tensorflow_quietly as _import_tensorflow_quietly
 from bertkit.errors import UserError
 from bertkit.training.preemption import EXIT_PREEMPTED, Preempted
@@ -91,8 +81,13 @@ def _parse(argv) -> argparse.Namespace:
     parser = _parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown and hasattr(args, "task_arguments"):
-        parser = _parser(task_flags=[item.partition("=")[0] for item in unknown
-                                     if item.startswith("--") and len(item) > 2])
+        parser = _parser(
+            task_flags=[
+                item.partition("=")[0]
+                for item in unknown
+                if item.startswith("--") and len(item) > 2
+            ]
+        )
         args, unknown = parser.parse_known_args(argv)
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # as parse_args says it

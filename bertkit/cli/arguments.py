@@ -42,8 +42,14 @@ def index(text: str) -> int:
 
 
 def add_set(sub) -> None:
-    sub.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a recipe value, e.g. training.epochs=3 (repeatable)")
+    sub.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe value, e.g. training.epochs=3 (repeatable)",
+    )
 
 
 def add_process_options(sub) -> None:
@@ -54,19 +60,39 @@ def add_process_options(sub) -> None:
     )
 
     group = sub.add_argument_group(
-        "several processes (JAX; one command per process, the same recipe everywhere)")
-    group.add_argument("--coordinator", metavar="HOST:PORT",
-                       help="process 0's address (default: $KERAS_DISTRIBUTION_JOB_ADDRESSES)")
-    group.add_argument("--num-processes", type=positive, metavar="N",
-                       help="processes in the job (default: $KERAS_DISTRIBUTION_NUM_PROCESSES)")
-    group.add_argument("--process-id", type=index, metavar="I",
-                       help="this process, 0 to N-1; 0 writes the run directory (default: "
-                            "$KERAS_DISTRIBUTION_PROCESS_ID)")
-    group.add_argument("--heartbeat-timeout", type=positive, metavar="SECONDS",
-                       default=DEFAULT_HEARTBEAT_TIMEOUT,
-                       help="end the job when a process is silent this long (default: "
-                            f"{DEFAULT_HEARTBEAT_TIMEOUT})")
-    group.add_argument("--startup-timeout", type=positive, metavar="SECONDS",
-                       help="give up when not every process has started this long after this "
-                            f"one (default: ${STARTUP_TIMEOUT_VARIABLE}, else "
-                            f"{DEFAULT_STARTUP_TIMEOUT})")
+        "several processes (JAX; one command per process, the same recipe everywhere)"
+    )
+    group.add_argument(
+        "--coordinator",
+        metavar="HOST:PORT",
+        help="process 0's address (default: $KERAS_DISTRIBUTION_JOB_ADDRESSES)",
+    )
+    group.add_argument(
+        "--num-processes",
+        type=positive,
+        metavar="N",
+        help="processes in the job (default: $KERAS_DISTRIBUTION_NUM_PROCESSES)",
+    )
+    group.add_argument(
+        "--process-id",
+        type=index,
+        metavar="I",
+        help="this process, 0 to N-1; 0 writes the run directory (default: "
+        "$KERAS_DISTRIBUTION_PROCESS_ID)",
+    )
+    group.add_argument(
+        "--heartbeat-timeout",
+        type=positive,
+        metavar="SECONDS",
+        default=DEFAULT_HEARTBEAT_TIMEOUT,
+        help="end the job when a process is silent this long (default: "
+        f"{DEFAULT_HEARTBEAT_TIMEOUT})",
+    )
+    group.add_argument(
+        "--startup-timeout",
+        type=positive,
+        metavar="SECONDS",
+        help="give up when not every process has started this long after this "
+        f"one (default: ${STARTUP_TIMEOUT_VARIABLE}, else "
+        f"{DEFAULT_STARTUP_TIMEOUT})",
+    )

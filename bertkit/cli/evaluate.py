@@ -13,13 +13,21 @@ from bertkit.errors import UserError
 
 
 def add_to(commands) -> None:
-    sub = add_command(commands, "evaluate", run,
-                      "evaluate a fine-tuned model on a labelled file", needs_model=True)
+    sub = add_command(
+        commands,
+        "evaluate",
+        run,
+        "evaluate a fine-tuned model on a labelled file",
+        needs_model=True,
+    )
     sub.add_argument("run_dir")
     sub.add_argument("--data", metavar="FILE", help="default: the recipe's validation file")
-    sub.add_argument("--predictions-dir", metavar="DIR",
-                     help="where to write metrics.json, report.md, the confusion matrix and "
-                          "the misclassified examples (default: RUN_DIR/evaluation)")
+    sub.add_argument(
+        "--predictions-dir",
+        metavar="DIR",
+        help="where to write metrics.json, report.md, the confusion matrix and "
+        "the misclassified examples (default: RUN_DIR/evaluation)",
+    )
 
 
 def run(args):
@@ -34,8 +42,9 @@ def run(args):
         metrics.update(model.evaluate(args.data, predictions_dir=folder, progress=True))
         print(model.task.format_metrics(metrics))
         if folder is not None:
-            write_json(folder / "metrics.json", {"data": args.data or "validation",
-                                                 "metrics": metrics})
+            write_json(
+                folder / "metrics.json", {"data": args.data or "validation", "metrics": metrics}
+            )
 
     try:
         if args.predictions_dir and writable_folder(output):
@@ -48,8 +57,7 @@ def run(args):
     except OSError as error:  # a read-only run: the metrics printed are the result
         if not metrics:
             evaluate_into(None)
-        print(f"bertkit: warning: results not saved in {output}: {error.strerror}",
-              file=sys.stderr)
+        print(f"bertkit: warning: results not saved in {output}: {error.strerror}", file=sys.stderr)
         return 0
     print(f"wrote {output}")
 

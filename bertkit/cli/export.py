@@ -7,24 +7,34 @@ from bertkit.files import MAX_INPUT_CHARACTERS, MAX_REQUEST_CHARACTERS
 
 
 def add_to(commands) -> None:
-    sub = add_command(commands, "export", run, "export a raw-text TensorFlow SavedModel",
-                      needs_model=True)
+    sub = add_command(
+        commands, "export", run, "export a raw-text TensorFlow SavedModel", needs_model=True
+    )
     sub.add_argument("run_dir")
     sub.add_argument("--out", metavar="DIR", required=True)
-    sub.add_argument("--max-input-characters", type=positive, metavar="N",
-                     default=MAX_INPUT_CHARACTERS,
-                     help="the SavedModel refuses a longer input (a row's texts together) "
-                          f"before tokenizing it (default: {MAX_INPUT_CHARACTERS:,})")
-    sub.add_argument("--max-request-characters", type=positive, metavar="N",
-                     default=MAX_REQUEST_CHARACTERS,
-                     help="and a request whose texts are longer together (default: "
-                          f"{MAX_REQUEST_CHARACTERS:,})")
+    sub.add_argument(
+        "--max-input-characters",
+        type=positive,
+        metavar="N",
+        default=MAX_INPUT_CHARACTERS,
+        help="the SavedModel refuses a longer input (a row's texts together) "
+        f"before tokenizing it (default: {MAX_INPUT_CHARACTERS:,})",
+    )
+    sub.add_argument(
+        "--max-request-characters",
+        type=positive,
+        metavar="N",
+        default=MAX_REQUEST_CHARACTERS,
+        help=f"and a request whose texts are longer together (default: {MAX_REQUEST_CHARACTERS:,})",
+    )
 
 
 def run(args) -> None:
     import bertkit
 
     path = bertkit.load(args.run_dir).export(
-        args.out, max_input_characters=args.max_input_characters,
-        max_request_characters=args.max_request_characters)
+        args.out,
+        max_input_characters=args.max_input_characters,
+        max_request_characters=args.max_request_characters,
+    )
     print(f"exported {path}")

@@ -6,8 +6,13 @@ from bertkit.cli.arguments import add_command, add_set
 
 
 def add_to(commands) -> None:
-    sub = add_command(commands, "featurize", run,
-                      "tokenize a recipe's data once into a features file", needs_model=True)
+    sub = add_command(
+        commands,
+        "featurize",
+        run,
+        "tokenize a recipe's data once into a features file",
+        needs_model=True,
+    )
     sub.add_argument("recipe")
     add_set(sub)
     sub.add_argument("--out", metavar="FILE", help="default: <output_dir>.features.npz")

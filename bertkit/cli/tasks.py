@@ -15,8 +15,10 @@ def run(args) -> None:
 
     for info in describe_tasks():
         if info.error:
-            print(f"{info.name:16} FAILED TO LOAD ({info.entry_point}, from {info.distribution}): "
-                  f"{info.error}")
+            print(
+                f"{info.name:16} FAILED TO LOAD ({info.entry_point}, from {info.distribution}): "
+                f"{info.error}"
+            )
             continue
         flags = ", ".join(f"{option.flag} {option.metavar}" for option in info.predict_options)
         predict = f"  predict: {flags}" if flags else ""

@@ -70,8 +70,9 @@ def set_activation(backbone, hidden_act: str) -> None:
         layer._feedforward_intermediate_dense.activation = gelu_exact
 
 
-def load_pretrained(preset: str, *, sequence_length: int, lowercase: bool | None = None,
-                    source=None) -> PretrainedBackbone:
+def load_pretrained(
+    preset: str, *, sequence_length: int, lowercase: bool | None = None, source=None
+) -> PretrainedBackbone:
     """Loads a backbone and tokenizer from any supported source (see module docstring)."""
     preset = resolve_preset(preset, source)
     path = Path(preset).expanduser()
@@ -96,11 +97,12 @@ def resolve_preset(preset: str, source=None) -> str:
     """
     if not preset.startswith("package:"):
         return preset
-    module, _, subfolder = preset[len("package:"):].partition("/")
+    module, _, subfolder = preset[len("package:") :].partition("/")
     spec = importlib.util.find_spec(module) if module else None
     if spec is None or not spec.submodule_search_locations:
-        raise UserError(f"no installed Python package '{module}' (from '{preset}')",
-                        source=source, key=_KEY)
+        raise UserError(
+            f"no installed Python package '{module}' (from '{preset}')", source=source, key=_KEY
+        )
     return str(Path(next(iter(spec.submodule_search_locations))) / subfolder)
 
 
@@ -109,9 +111,13 @@ def _load_folder(path: Path, source) -> PretrainedBackbone:
         return _load_keras_hub(str(path), source)
     if (path / "bert_config.json").exists() or (path / "config.json").exists():
         return _load_hugging_face(path, source)
-    raise UserError(f"'{path}' holds no BERT checkpoint: expected a keras-hub preset "
-                    "(metadata.json), a Hugging Face folder (config.json) or a Google BERT "
-                    "checkpoint (bert_config.json)", source=source, key=_KEY)
+    raise UserError(
+        f"'{path}' holds no BERT checkpoint: expected a keras-hub preset "
+        "(metadata.json), a Hugging Face folder (config.json) or a Google BERT "
+        "checkpoint (bert_config.json)",
+        source=source,
+        key=_KEY,
+    )
 
 
 def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
@@ -120,8 +126,9 @@ def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
     hf_dir = Path(prepare_hf_dir(path, _cache_dir(path)))
     config = _read_json_file(hf_dir / "config.json", source)
     if config.get("model_type", "bert") != "bert":
-        raise UserError(f"'{path}' is a '{config['model_type']}' model, not BERT",
-                        source=source, key=_KEY)
+        raise UserError(
+            f"'{path}' is a '{config['model_type']}' model, not BERT", source=source, key=_KEY
+        )
     for name in ("vocab.txt", "model.safetensors"):
         if not (hf_dir / name).exists():
             raise UserError(f"missing {name} in '{path}'", source=source, key=_KEY)
@@ -132,8 +139,12 @@ def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
     if lowercase is None:
         lowercase = not vocabulary_is_cased(vocabulary)
     backbone = _hugging_face_backbone(hf_dir, config, path, source)
-    return PretrainedBackbone(backbone, WordPieceTokenizer(vocabulary, lowercase),
-                              config.get("hidden_act", "gelu"), hf_dir)
+    return PretrainedBackbone(
+        backbone,
+        WordPieceTokenizer(vocabulary, lowercase),
+        config.get("hidden_act", "gelu"),
+        hf_dir,
+    )
 
 
 def _hugging_face_backbone(hf_dir: Path, config: dict, path: Path, source):
@@ -151,11 +162,17 @@ def _hugging_face_backbone(hf_dir: Path, config: dict, path: Path, source):
             # (keras-hub has one rate for hidden states and attention) come from the config.
             with _no_random_initialization():
                 return keras_hub.models.BertBackbone.from_preset(
-                    str(hf_dir), num_segments=config.get("type_vocab_size", 2),
-                    dropout=config.get("hidden_dropout_prob", 0.1))
+                    str(hf_dir),
+                    num_segments=config.get("type_vocab_size", 2),
+                    dropout=config.get("hidden_dropout_prob", 0.1),
+                )
     except (SafetensorError, OSError) as error:  # e.g. a truncated download
-        raise UserError(f"cannot read the weights in '{path}' (truncated or corrupt "
-                        f"model.safetensors?): {error}", source=source, key=_KEY) from None
+        raise UserError(
+            f"cannot read the weights in '{path}' (truncated or corrupt "
+            f"model.safetensors?): {error}",
+            source=source,
+            key=_KEY,
+        ) from None
     raise UserError(f"'{path}': {problem}", source=source, key=_KEY)
 
 
@@ -168,8 +185,9 @@ def _no_random_initialization():
     import keras
 
     draw = keras.initializers.TruncatedNormal.__call__
-    keras.initializers.TruncatedNormal.__call__ = (
-        lambda self, shape, dtype=None: keras.ops.zeros(shape, dtype))
+    keras.initializers.TruncatedNormal.__call__ = lambda self, shape, dtype=None: keras.ops.zeros(
+        shape, dtype
+    )
     try:
         yield
     finally:
@@ -199,8 +217,9 @@ def _load_keras_hub(preset: str, source) -> PretrainedBackbone:
         backbone = keras_hub.models.BertBackbone.from_preset(preset)
         hub_tokenizer = keras_hub.models.BertTokenizer.from_preset(preset)
     except (ValueError, OSError) as error:
-        raise UserError(f"cannot load keras-hub preset '{preset}': {error}",
-                        source=source, key=_KEY) from None
+        raise UserError(
+            f"cannot load keras-hub preset '{preset}': {error}", source=source, key=_KEY
+        ) from None
     tokenizer = WordPieceTokenizer(list(hub_tokenizer.get_vocabulary()), hub_tokenizer.lowercase)
     # keras-hub's own presets use its tanh GELU; presets bertkit writes say what they need.
     marker = Path(preset) / PRESET_MARKER
@@ -215,22 +234,32 @@ def _load_named_preset(preset: str, source) -> PretrainedBackbone:
     if "://" not in preset and preset not in known:
         close = difflib.get_close_matches(preset, known, n=1)
         hint = f" did you mean '{close[0]}'?" if close else ""
-        raise UserError(f"unknown preset '{preset}';{hint} keras-hub BERT presets: "
-                        f"{', '.join(known)}; or give a local folder", source=source, key=_KEY)
+        raise UserError(
+            f"unknown preset '{preset}';{hint} keras-hub BERT presets: "
+            f"{', '.join(known)}; or give a local folder",
+            source=source,
+            key=_KEY,
+        )
     try:
         return _load_keras_hub(preset, source)
     except UserError:
         raise
     except Exception as error:  # network failures surface as many exception types
-        raise UserError(f"cannot download preset '{preset}' ({type(error).__name__}: {error}); "
-                        "without network, give a local folder", source=source, key=_KEY) from None
+        raise UserError(
+            f"cannot download preset '{preset}' ({type(error).__name__}: {error}); "
+            "without network, give a local folder",
+            source=source,
+            key=_KEY,
+        ) from None
 
 
 def _check_sequence_length(backbone, sequence_length: int, source) -> None:
     if sequence_length > backbone.max_sequence_length:
-        raise UserError(f"{sequence_length} is more than the model's "
-                        f"{backbone.max_sequence_length} positions", source=source,
-                        key="backbone.sequence_length")
+        raise UserError(
+            f"{sequence_length} is more than the model's {backbone.max_sequence_length} positions",
+            source=source,
+            key="backbone.sequence_length",
+        )
 
 
 def _with_lowercase(tokenizer: WordPieceTokenizer, lowercase, preset, source):
@@ -239,8 +268,11 @@ def _with_lowercase(tokenizer: WordPieceTokenizer, lowercase, preset, source):
     cased = vocabulary_is_cased(tokenizer.vocabulary)
     if lowercase and cased or not lowercase and not cased:
         kind = "cased" if cased else "uncased (lowercase)"
-        raise UserError(f"lowercase: {str(lowercase).lower()} contradicts the {kind} "
-                        f"vocabulary of '{preset}'", source=source, key="backbone.lowercase")
+        raise UserError(
+            f"lowercase: {str(lowercase).lower()} contradicts the {kind} vocabulary of '{preset}'",
+            source=source,
+            key="backbone.lowercase",
+        )
     return WordPieceTokenizer(tokenizer.vocabulary, lowercase)
 
 
@@ -251,8 +283,9 @@ def save_preset(backbone, tokenizer: WordPieceTokenizer, hidden_act: str, direct
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     backbone.save_to_preset(str(directory))
-    keras_hub.models.BertTokenizer(vocabulary=tokenizer.vocabulary,
-                                   lowercase=tokenizer.lowercase).save_to_preset(str(directory))
+    keras_hub.models.BertTokenizer(
+        vocabulary=tokenizer.vocabulary, lowercase=tokenizer.lowercase
+    ).save_to_preset(str(directory))
     (directory / PRESET_MARKER).write_text(json.dumps({"hidden_act": hidden_act}))
     return directory
 
@@ -281,8 +314,13 @@ def load_architecture(directory) -> PretrainedBackbone:
 
 
 # What `BertBackbone` cannot be built without (the other arguments have defaults).
-_ARCHITECTURE_SIZES = ("vocabulary_size", "num_layers", "num_heads", "hidden_dim",
-                       "intermediate_dim")
+_ARCHITECTURE_SIZES = (
+    "vocabulary_size",
+    "num_layers",
+    "num_heads",
+    "hidden_dim",
+    "intermediate_dim",
+)
 
 
 def _backbone_from_config(config, path: Path):
@@ -298,11 +336,16 @@ def _backbone_from_config(config, path: Path):
         if problem := size_problem(config, key):
             raise UserError(problem, source=path, key="bert_backbone")
     if config["hidden_dim"] % config["num_heads"]:
-        raise UserError(f"hidden_dim {config['hidden_dim']} is not a multiple of num_heads "
-                        f"{config['num_heads']}", source=path, key="bert_backbone")
+        raise UserError(
+            f"hidden_dim {config['hidden_dim']} is not a multiple of num_heads "
+            f"{config['num_heads']}",
+            source=path,
+            key="bert_backbone",
+        )
     try:
         return keras_hub.models.BertBackbone.from_config(config)
     except (TypeError, ValueError, KeyError) as error:
         problem = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise UserError(f"cannot rebuild the backbone: {problem}", source=path,
-                        key="bert_backbone") from None
+        raise UserError(
+            f"cannot rebuild the backbone: {problem}", source=path, key="bert_backbone"
+        ) from None

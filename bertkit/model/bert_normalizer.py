@@ -26,8 +26,25 @@ import numpy as np
 import tensorflow as tf
 
 # Rust's `char::is_whitespace` (the White_Space property), Hugging Face's definition.
-_WHITESPACE = frozenset([0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680,
-                         *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000])
+_WHITESPACE = frozenset(
+    [
+        0x09,
+        0x0A,
+        0x0B,
+        0x0C,
+        0x0D,
+        0x20,
+        0x85,
+        0xA0,
+        0x1680,
+        *range(0x2000, 0x200B),
+        0x2028,
+        0x2029,
+        0x202F,
+        0x205F,
+        0x3000,
+    ]
+)
 # Control, format, private use and surrogate characters are dropped; unassigned ones are kept.
 _DROPPED_CATEGORIES = ("Cc", "Cf", "Co", "Cs")
 # Private use code points (Co) are dropped by range, not listed: they are 137,468 of them.
@@ -50,8 +67,9 @@ def normalize_character(char: str, lowercase: bool) -> str:
         ['Å', '', ' ']
     """
     code = ord(char)
-    if char not in "\t\n\r" and (code == 0xFFFD or unicodedata.category(char)
-                                 in _DROPPED_CATEGORIES):
+    if char not in "\t\n\r" and (
+        code == 0xFFFD or unicodedata.category(char) in _DROPPED_CATEGORIES
+    ):
         return ""
     if code in _WHITESPACE:
         return " "
@@ -79,11 +97,16 @@ def normalization_table(lowercase: bool) -> dict[int, str]:
         category = unicodedata.category(char)
         if category in ("Cn", "Co", "Cs"):
             continue
-        unchanged = (category not in _DROPPED_CATEGORIES and code not in _WHITESPACE
-                     and code != 0xFFFD)
+        unchanged = (
+            category not in _DROPPED_CATEGORIES and code not in _WHITESPACE and code != 0xFFFD
+        )
         if lowercase:
-            unchanged = (unchanged and category != "Mn" and char.lower() == char
-                         and unicodedata.is_normalized("NFD", char))
+            unchanged = (
+                unchanged
+                and category != "Mn"
+                and char.lower() == char
+                and unicodedata.is_normalized("NFD", char)
+            )
         if not unchanged and (replacement := normalize_character(char, lowercase)) != char:
             table[code] = replacement
     return table
@@ -124,8 +147,10 @@ class Alignment(NamedTuple):
 
         first = character_at(starts.values + base)
         last = character_at(ends.values + base - 1)
-        return (starts.with_values(tf.gather(self.source_starts, first)),
-                ends.with_values(tf.gather(self.source_ends, last)))
+        return (
+            starts.with_values(tf.gather(self.source_starts, first)),
+            ends.with_values(tf.gather(self.source_ends, last)),
+        )
 
 
 class BertNormalizer(tf.Module):
@@ -155,8 +180,10 @@ class BertNormalizer(tf.Module):
             self._lengths = tf.constant(lengths)
             self._starts = tf.constant(np.cumsum(lengths) - lengths, tf.int32)
             self._values = tf.constant(values, tf.int32)
-            self._rows = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
-                codes, np.arange(len(codes), dtype=np.int32)), default_value=-1)
+            self._rows = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(codes, np.arange(len(codes), dtype=np.int32)),
+                default_value=-1,
+            )
 
     def normalize(self, texts):
         """(texts,) strings, or a ragged tensor of strings -> the normalized strings."""
@@ -167,35 +194,42 @@ class BertNormalizer(tf.Module):
     def normalize_with_alignment(self, texts):
         """(texts,) strings -> the normalized strings (texts,) and their `Alignment`."""
         chars, starts = tf.strings.unicode_decode_with_offsets(
-            texts, "UTF-8", errors="replace")  # each (texts, (chars))
+            texts, "UTF-8", errors="replace"
+        )  # each (texts, (chars))
         codes = chars.values  # (chars,)
         ends = _character_ends(chars, starts.values, tf.strings.length(texts))
         # Each character's replacement: itself (row -1) or a row of the table.
         rows = self._rows.lookup(codes)  # (chars,)
-        private = (((codes >= _PRIVATE_USE_BMP[0]) & (codes <= _PRIVATE_USE_BMP[1]))
-                   | ((codes >= _PRIVATE_USE_PLANES) & (codes % 0x10000 < 0xFFFE)))
+        private = ((codes >= _PRIVATE_USE_BMP[0]) & (codes <= _PRIVATE_USE_BMP[1])) | (
+            (codes >= _PRIVATE_USE_PLANES) & (codes % 0x10000 < 0xFFFE)
+        )
         rows = tf.where(private, self._dropped_row, rows)
         counts = tf.where(rows < 0, 1, tf.gather(self._lengths, tf.maximum(rows, 0)))
         source = tf.repeat(tf.range(tf.size(codes)), counts)  # (normalized chars,)
-        position = tf.range(tf.size(source)) - tf.gather(tf.cumsum(counts, exclusive=True),
-                                                         source)
+        position = tf.range(tf.size(source)) - tf.gather(tf.cumsum(counts, exclusive=True), source)
         row = tf.gather(rows, source)
-        normalized = tf.where(row < 0, tf.gather(codes, source), tf.gather(
-            self._values, tf.gather(self._starts, tf.maximum(row, 0)) + position))
+        normalized = tf.where(
+            row < 0,
+            tf.gather(codes, source),
+            tf.gather(self._values, tf.gather(self._starts, tf.maximum(row, 0)) + position),
+        )
         # Per text: where its normalized characters and their bytes (UTF-8: 1 to 4 per
         # character) start and end, in batch-wide counts.
         char_splits = tf.gather(_with_zero(tf.cumsum(counts)), chars.row_splits)  # (texts + 1,)
-        widths = 1 + sum(tf.cast(normalized >= limit, tf.int64)
-                         for limit in (0x80, 0x800, 0x10000))  # (normalized chars,)
+        widths = 1 + sum(
+            tf.cast(normalized >= limit, tf.int64) for limit in (0x80, 0x800, 0x10000)
+        )  # (normalized chars,)
         normalized_ends = tf.cumsum(widths)
         byte_splits = tf.gather(_with_zero(normalized_ends), char_splits)  # (texts + 1,)
         encoded = tf.strings.unicode_encode(
-            tf.RaggedTensor.from_row_splits(normalized, char_splits, validate=False), "UTF-8")
+            tf.RaggedTensor.from_row_splits(normalized, char_splits, validate=False), "UTF-8"
+        )
         return encoded, Alignment(
             text_starts=byte_splits[:-1],
             normalized_ends=normalized_ends,
             source_starts=tf.gather(starts.values, source),
-            source_ends=tf.gather(ends, source))
+            source_ends=tf.gather(ends, source),
+        )
 
 
 def _with_zero(cumulative):

@@ -110,8 +110,9 @@ def weight_shapes(hf_dir) -> dict[str, tuple]:
     shapes = {}
     for path in files:
         with safe_open(str(path), framework="numpy") as tensors:
-            shapes.update({name: tuple(tensors.get_slice(name).get_shape())
-                           for name in tensors.keys()})
+            shapes.update(
+                {name: tuple(tensors.get_slice(name).get_shape()) for name in tensors.keys()}
+            )
     return shapes
 
 
@@ -152,19 +153,31 @@ def config_mismatch(config: dict, shapes: dict[str, tuple]) -> str | None:
             return f"config.json {problem}"
     hidden = config["hidden_size"]
     if hidden % config["num_attention_heads"]:
-        return (f"config.json's hidden_size {hidden} is not a multiple of its "
-                f"num_attention_heads {config['num_attention_heads']}")
+        return (
+            f"config.json's hidden_size {hidden} is not a multiple of its "
+            f"num_attention_heads {config['num_attention_heads']}"
+        )
     for suffix, keys in _SHAPE_KEYS.items():
         expected = tuple(config.get(key, 2) for key in keys)
-        found = next((shape for name, shape in shapes.items()
-                      if name == suffix or name.endswith("." + suffix)), expected)
+        found = next(
+            (
+                shape
+                for name, shape in shapes.items()
+                if name == suffix or name.endswith("." + suffix)
+            ),
+            expected,
+        )
         if tuple(found) != expected:
-            return (f"config.json does not match the weights: {suffix} has shape "
-                    f"{tuple(found)}; config.json's {' and '.join(keys)} make it {expected}")
+            return (
+                f"config.json does not match the weights: {suffix} has shape "
+                f"{tuple(found)}; config.json's {' and '.join(keys)} make it {expected}"
+            )
     layers = {match[1] for name in shapes if (match := re.search(r"layer\.(\d+)\.", name))}
     if layers and len(layers) != config["num_hidden_layers"]:
-        return (f"config.json does not match the weights: num_hidden_layers is "
-                f"{config['num_hidden_layers']}, the weights have {len(layers)} layers")
+        return (
+            f"config.json does not match the weights: num_hidden_layers is "
+            f"{config['num_hidden_layers']}, the weights have {len(layers)} layers"
+        )
     return None
 
 

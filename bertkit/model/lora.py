@@ -37,10 +37,14 @@ from typing import Literal
 from bertkit.errors import UserError
 
 # recipe name -> keras-hub's layer name in each `TransformerEncoder`
-TARGET_LAYERS = {"query": "query", "key": "key", "value": "value",
-                 "attention_output": "attention_output",
-                 "intermediate": "feedforward_intermediate_dense",
-                 "output": "feedforward_output_dense"}
+TARGET_LAYERS = {
+    "query": "query",
+    "key": "key",
+    "value": "value",
+    "attention_output": "attention_output",
+    "intermediate": "feedforward_intermediate_dense",
+    "output": "feedforward_output_dense",
+}
 Target = Literal["query", "key", "value", "attention_output", "intermediate", "output"]
 ADAPTER_FILE = "lora.weights.h5"
 _FACTORS = ("lora_kernel_a", "lora_kernel_b")
@@ -50,13 +54,20 @@ _FACTORS = ("lora_kernel_a", "lora_kernel_b")
 class LoraConfig:
     """`training.lora` of a recipe (here, beside its user: recipes import no Keras)."""
 
-    rank: int = dataclasses.field(default=8, metadata={
-        "min": 1, "max": 4096, "help": "rank of each layer's low-rank update"})
-    alpha: float = dataclasses.field(default=16.0, metadata={
-        "min_exclusive": 0.0, "help": "the update is scaled by alpha / rank"})
-    targets: tuple[Target, ...] = dataclasses.field(default=("query", "value"), metadata={
-        "help": "the layers of each encoder layer that get LoRA; the rest of the backbone "
-                "is frozen, the task head trained fully"})
+    rank: int = dataclasses.field(
+        default=8, metadata={"min": 1, "max": 4096, "help": "rank of each layer's low-rank update"}
+    )
+    alpha: float = dataclasses.field(
+        default=16.0,
+        metadata={"min_exclusive": 0.0, "help": "the update is scaled by alpha / rank"},
+    )
+    targets: tuple[Target, ...] = dataclasses.field(
+        default=("query", "value"),
+        metadata={
+            "help": "the layers of each encoder layer that get LoRA; the rest of the backbone "
+            "is frozen, the task head trained fully"
+        },
+    )
 
 
 def enable_lora(model, backbone, lora, description: dict) -> dict:
@@ -85,8 +96,12 @@ def enable_lora(model, backbone, lora, description: dict) -> dict:
         if layer.bias is not None:
             layer.bias.trainable = False
         _save_unmerged(layer)
-    record = {**dataclasses.asdict(lora), "targets": list(lora.targets),
-              "trainable_weights": _size(model.trainable_weights), "weights": _size(model.weights)}
+    record = {
+        **dataclasses.asdict(lora),
+        "targets": list(lora.targets),
+        "trainable_weights": _size(model.trainable_weights),
+        "weights": _size(model.weights),
+    }
     if "lora" not in description:  # a run being built (not a trained one being loaded)
         from bertkit.progress import say
         from bertkit.report import describe_trainable
@@ -145,8 +160,11 @@ def _merged_weights(model) -> list:
     layers = lora_layers(model)
     factors = {id(getattr(layer, name)) for layer in layers for name in _FACTORS}
     kernels = {id(_raw_kernel(layer)): layer for layer in layers}
-    return [_numpy(kernels[id(v)].kernel if id(v) in kernels else v)  # `kernel`: merged
-            for v in model.weights if id(v) not in factors]
+    return [
+        _numpy(kernels[id(v)].kernel if id(v) in kernels else v)  # `kernel`: merged
+        for v in model.weights
+        if id(v) not in factors
+    ]
 
 
 def _raw_kernel(layer):
@@ -176,8 +194,9 @@ def save_adapter(model, directory) -> Path | None:
     path = Path(directory) / ADAPTER_FILE
     temporary = path.with_name(".partial." + path.name)
     with h5py.File(temporary, "w") as file:
-        file.attrs["lora"] = json.dumps({"rank": layers[0].lora_rank,
-                                         "alpha": float(layers[0].lora_alpha)})
+        file.attrs["lora"] = json.dumps(
+            {"rank": layers[0].lora_rank, "alpha": float(layers[0].lora_alpha)}
+        )
         for variable in adapter_variables(model):
             file[variable.path] = _numpy(variable)
     temporary.replace(path)
@@ -196,6 +215,9 @@ def load_adapter(model, path) -> None:
         for variable in adapter_variables(model):
             stored = file.get(variable.path)
             if stored is None or tuple(stored.shape) != tuple(variable.shape):
-                raise UserError(f"holds no {tuple(variable.shape)} weight '{variable.path}': "
-                                "an adapter of another model or LoRA setting", source=path)
+                raise UserError(
+                    f"holds no {tuple(variable.shape)} weight '{variable.path}': "
+                    "an adapter of another model or LoRA setting",
+                    source=path,
+                )
             variable.assign(stored[()])

@@ -51,9 +51,10 @@ class PositionsById(keras.layers.Layer):
         self.position_embedding = position_embedding  # tracked: its weights are trained
 
     def get_config(self):
-        return {**super().get_config(),
-                "position_embedding": keras.saving.serialize_keras_object(
-                    self.position_embedding)}
+        return {
+            **super().get_config(),
+            "position_embedding": keras.saving.serialize_keras_object(self.position_embedding),
+        }
 
     @classmethod
     def from_config(cls, config):

@@ -18,7 +18,7 @@ def in_chunks(items: list, size: int = _CHUNK):
         [[0, 1], [2, 3], [4]]
     """
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 def split_rows(ragged) -> list[np.ndarray]:
@@ -46,8 +46,10 @@ def split_word_rows(pieces) -> list[tuple[np.ndarray, np.ndarray]]:
     ids = pieces.flat_values.numpy().astype(np.int32)
     lengths = pieces.values.row_lengths().numpy()
     word_splits, piece_splits = pieces.row_splits.numpy(), pieces.values.row_splits.numpy()
-    return [(ids[piece_splits[a]:piece_splits[b]], lengths[a:b])
-            for a, b in zip(word_splits[:-1], word_splits[1:], strict=True)]
+    return [
+        (ids[piece_splits[a] : piece_splits[b]], lengths[a:b])
+        for a, b in zip(word_splits[:-1], word_splits[1:], strict=True)
+    ]
 
 
 def tokenize_in_chunks(tokenize, texts: list[str]) -> list[tuple]:

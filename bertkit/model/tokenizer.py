@@ -79,8 +79,11 @@ class WordPieceTokenizer:
         missing = [t for t in SPECIAL_TOKENS[:4] if t not in vocabulary]
         if missing:
             raise UserError(f"vocabulary lacks the special tokens {', '.join(missing)}")
-        duplicates = sorted({t for t in vocabulary if vocabulary.count(t) > 1}) if len(
-            set(vocabulary)) < len(vocabulary) else []
+        duplicates = (
+            sorted({t for t in vocabulary if vocabulary.count(t) > 1})
+            if len(set(vocabulary)) < len(vocabulary)
+            else []
+        )
         if duplicates:
             raise UserError(f"vocabulary repeats tokens: {', '.join(duplicates[:5])}")
         self.vocabulary = list(vocabulary)
@@ -108,8 +111,11 @@ class WordPieceTokenizer:
         import tensorflow_text as tf_text
 
         return tf_text.FastBertTokenizer(
-            self.vocabulary, token_out_type=tf.int32, unknown_token="[UNK]",
-            lower_case_nfd_strip_accents=False)
+            self.vocabulary,
+            token_out_type=tf.int32,
+            unknown_token="[UNK]",
+            lower_case_nfd_strip_accents=False,
+        )
 
     # ---- TensorFlow ops (graph-safe)
     def tokenize(self, texts):
@@ -180,8 +186,11 @@ class WordPieceTokenizer:
         pieces = by_text(words)
         if max_pieces is not None:
             pieces = _clip_word_pieces(pieces, self.unk_id, max_pieces)
-        return (pieces, by_text(tf.gather(starts.values, word_starts)),
-                by_text(tf.gather(ends.values, words.row_limits() - 1)))
+        return (
+            pieces,
+            by_text(tf.gather(starts.values, word_starts)),
+            by_text(tf.gather(ends.values, words.row_limits() - 1)),
+        )
 
     def pack(self, segments: list, sequence_length: int):
         """Truncates (longest first) and packs 1 or 2 ragged segments with [CLS]/[SEP].
@@ -193,7 +202,8 @@ class WordPieceTokenizer:
         budget = sequence_length - 1 - len(segments)
         trimmed = tf_text.RoundRobinTrimmer(max_seq_length=budget).trim(segments)
         return tf_text.combine_segments(
-            trimmed, start_of_sequence_id=self.cls_id, end_of_segment_id=self.sep_id)
+            trimmed, start_of_sequence_id=self.cls_id, end_of_segment_id=self.sep_id
+        )
 
     def model_inputs(self, texts: list, sequence_length: int) -> dict:
         """1 or 2 string tensors (batch,) -> dense `token_ids`, `segment_ids`, `padding_mask`.
@@ -203,12 +213,16 @@ class WordPieceTokenizer:
         import tensorflow as tf
 
         token_ids, segment_ids = self.pack([self.tokenize(t) for t in texts], sequence_length)
-        return {"token_ids": token_ids.to_tensor(), "segment_ids": segment_ids.to_tensor(),
-                "padding_mask": tf.ones_like(token_ids).to_tensor()}
+        return {
+            "token_ids": token_ids.to_tensor(),
+            "segment_ids": segment_ids.to_tensor(),
+            "padding_mask": tf.ones_like(token_ids).to_tensor(),
+        }
 
     # ---- eager helpers for featurization
-    def encode(self, texts: list[str], pairs: list[str] | None = None, *,
-               sequence_length: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def encode(
+        self, texts: list[str], pairs: list[str] | None = None, *, sequence_length: int
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Tokenizes and packs texts (and pairs) into unpadded int32 arrays, in chunks."""
         import tensorflow as tf
 

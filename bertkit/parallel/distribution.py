@@ -52,8 +52,12 @@ def data_parallel_devices(training, source: str | None = None) -> list[str] | No
     devices = batch_devices(keras.backend.backend())
     kind = training.distribution
     if kind == "one_device" and process_count() > 1:
-        raise UserError(f"cannot train on one device in a job of {process_count()} processes; "
-                        "use auto or data_parallel", source=source, key="training.distribution")
+        raise UserError(
+            f"cannot train on one device in a job of {process_count()} processes; "
+            "use auto or data_parallel",
+            source=source,
+            key="training.distribution",
+        )
     if kind == "one_device" or (kind == "auto" and len(devices) < 2):
         return None
     return devices
@@ -69,8 +73,7 @@ def data_parallel_scope(devices: list[str] | None):
     if keras.backend.backend() == "jax":
         # Each process feeds its own share of every batch (bertkit.batching), already
         # split: Keras's sharding of a tf.data input across processes is not wanted.
-        return keras.distribution.DataParallel(devices=devices,
-                                               auto_shard_dataset=False).scope()
+        return keras.distribution.DataParallel(devices=devices, auto_shard_dataset=False).scope()
     import tensorflow as tf
 
     return tf.distribute.MirroredStrategy(devices=devices).scope()

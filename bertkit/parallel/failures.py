@@ -21,8 +21,12 @@ import threading
 from bertkit.errors import UserError
 
 # What a collective says when the process at the other end of its connection is gone.
-_PEER_GONE = ("connection closed by peer", "connection reset by peer", "socket closed",
-              "broken pipe")
+_PEER_GONE = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "socket closed",
+    "broken pipe",
+)
 
 
 def end_process(error: UserError):
@@ -50,8 +54,10 @@ def peer_stopped(count: int, index: int) -> UserError:
     """The error of process `index` of `count` whose peer stopped: which one, as far as
     this process can tell (with two, the other one), and how to go on."""
     which = f"process {1 - index} of 2" if count == 2 else f"another of the job's {count} processes"
-    return UserError(f"{which} stopped mid-run (its connection closed); run the same command "
-                     "on every process again to resume")
+    return UserError(
+        f"{which} stopped mid-run (its connection closed); run the same command "
+        "on every process again to resume"
+    )
 
 
 def peer_gone(error: BaseException) -> bool:

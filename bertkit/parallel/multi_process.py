@@ -44,15 +44,20 @@ DEFAULT_HEARTBEAT_TIMEOUT = 60  # seconds; JAX's default (100) leaves a stalled 
 SHUTDOWN_TIMEOUT = 600  # seconds the others wait at exit while process 0 exports
 DEFAULT_STARTUP_TIMEOUT = 300  # seconds for all processes to join: JAX's default
 STARTUP_TIMEOUT_VARIABLE = "BERTKIT_STARTUP_TIMEOUT"
-_ENVIRONMENT = {"coordinator": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
-                "num_processes": "KERAS_DISTRIBUTION_NUM_PROCESSES",
-                "process_id": "KERAS_DISTRIBUTION_PROCESS_ID"}
+_ENVIRONMENT = {
+    "coordinator": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
+    "num_processes": "KERAS_DISTRIBUTION_NUM_PROCESSES",
+    "process_id": "KERAS_DISTRIBUTION_PROCESS_ID",
+}
 
 
-def start_processes(coordinator: str | None = None, num_processes: int | None = None,
-                    process_id: int | None = None,
-                    heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT,
-                    startup_timeout: int | None = None) -> bool:
+def start_processes(
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    heartbeat_timeout: int = DEFAULT_HEARTBEAT_TIMEOUT,
+    startup_timeout: int | None = None,
+) -> bool:
     """Joins this process to a multi-process job; False when none is asked for.
 
     Each argument not given is read from its `KERAS_DISTRIBUTION_*` variable
@@ -73,32 +78,45 @@ def start_processes(coordinator: str | None = None, num_processes: int | None = 
         return False
     if keras.backend.backend() != "jax":
         raise_tensorflow_multi_worker_error("--num-processes")
-    _join_jax_job(*settings, heartbeat_timeout,
-                  startup_timeout or _startup_timeout_variable())
+    _join_jax_job(*settings, heartbeat_timeout, startup_timeout or _startup_timeout_variable())
     return True
 
 
-def _join_jax_job(coordinator: str, num_processes: int, process_id: int,
-                  heartbeat_timeout: int, startup_timeout: int) -> None:
+def _join_jax_job(
+    coordinator: str,
+    num_processes: int,
+    process_id: int,
+    heartbeat_timeout: int,
+    startup_timeout: int,
+) -> None:
     """`jax.distributed.initialize`, saying on stderr what it waits for, given up with one
     line after `startup_timeout` seconds."""
     import jax
 
     address = coordinator.split(",")[0].strip()
-    print(f"waiting for {num_processes} processes at {address} (this is process "
-          f"{process_id}; giving up after {startup_timeout} s)", file=sys.stderr, flush=True)
-    gave_up = UserError(f"the job's {num_processes} processes did not all start within "
-                        f"{startup_timeout} s; start every process (--process-id 0 to "
-                        f"{num_processes - 1}), with process 0 at {address}",
-                        key="--startup-timeout")
+    print(
+        f"waiting for {num_processes} processes at {address} (this is process "
+        f"{process_id}; giving up after {startup_timeout} s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    gave_up = UserError(
+        f"the job's {num_processes} processes did not all start within "
+        f"{startup_timeout} s; start every process (--process-id 0 to "
+        f"{num_processes - 1}), with process 0 at {address}",
+        key="--startup-timeout",
+    )
     # What `keras.distribution.initialize` does, with timeouts of our choosing; its
     # other step (a seed agreed between processes) is not needed: a run seeds itself.
     with exit_after(startup_timeout, gave_up):
-        jax.distributed.initialize(coordinator_address=address, num_processes=num_processes,
-                                   process_id=process_id,
-                                   initialization_timeout=startup_timeout + 60,  # ours first
-                                   heartbeat_timeout_seconds=heartbeat_timeout,
-                                   shutdown_timeout_seconds=SHUTDOWN_TIMEOUT)
+        jax.distributed.initialize(
+            coordinator_address=address,
+            num_processes=num_processes,
+            process_id=process_id,
+            initialization_timeout=startup_timeout + 60,  # ours first
+            heartbeat_timeout_seconds=heartbeat_timeout,
+            shutdown_timeout_seconds=SHUTDOWN_TIMEOUT,
+        )
 
 
 def _startup_timeout_variable() -> int:
@@ -106,15 +124,16 @@ def _startup_timeout_variable() -> int:
     if not text:
         return DEFAULT_STARTUP_TIMEOUT
     if not text.isdigit() or int(text) < 1:
-        raise UserError(f"expected a whole number of seconds, at least 1, got {text!r}",
-                        key=STARTUP_TIMEOUT_VARIABLE)
+        raise UserError(
+            f"expected a whole number of seconds, at least 1, got {text!r}",
+            key=STARTUP_TIMEOUT_VARIABLE,
+        )
     return int(text)
 
 
 def _settings(coordinator, num_processes, process_id):
     """(coordinator, num_processes, process_id) from arguments and environment, or None."""
-    given = {"coordinator": coordinator, "num_processes": num_processes,
-             "process_id": process_id}
+    given = {"coordinator": coordinator, "num_processes": num_processes, "process_id": process_id}
     for name, variable in _ENVIRONMENT.items():
         if given[name] is None and os.environ.get(variable):
             given[name] = _parse(name, os.environ[variable], variable)
@@ -124,14 +143,20 @@ def _settings(coordinator, num_processes, process_id):
         return None  # one process: nothing to join
     for name, value in given.items():
         if value is None:
-            raise UserError(f"a job of several processes needs --{_option(name)} (or "
-                            f"{_ENVIRONMENT[name]})", key=f"--{_option(name)}")
+            raise UserError(
+                f"a job of several processes needs --{_option(name)} (or {_ENVIRONMENT[name]})",
+                key=f"--{_option(name)}",
+            )
     if not 0 <= given["process_id"] < given["num_processes"]:
-        raise UserError(f"expected 0 to {given['num_processes'] - 1} for "
-                        f"{given['num_processes']} processes, got {given['process_id']}",
-                        key="--process-id")
-    _check_address(given["coordinator"],
-                   "--coordinator" if coordinator is not None else _ENVIRONMENT["coordinator"])
+        raise UserError(
+            f"expected 0 to {given['num_processes'] - 1} for "
+            f"{given['num_processes']} processes, got {given['process_id']}",
+            key="--process-id",
+        )
+    _check_address(
+        given["coordinator"],
+        "--coordinator" if coordinator is not None else _ENVIRONMENT["coordinator"],
+    )
     return given["coordinator"], given["num_processes"], given["process_id"]
 
 
@@ -139,8 +164,9 @@ def _check_address(text: str, key: str) -> None:
     """`HOST:PORT` (the first of a comma-separated list, as Keras's variable may hold)."""
     host, colon, port = text.split(",")[0].strip().rpartition(":")
     if not (colon and host and port.isdigit() and 0 < int(port) < 65536):
-        raise UserError(f"expected HOST:PORT, process 0's address (e.g. 10.0.0.1:1234), got "
-                        f"{text!r}", key=key)
+        raise UserError(
+            f"expected HOST:PORT, process 0's address (e.g. 10.0.0.1:1234), got {text!r}", key=key
+        )
 
 
 def _parse(name: str, text: str, source: str):
@@ -158,9 +184,12 @@ def _option(name: str) -> str:
 
 def raise_tensorflow_multi_worker_error(what: str) -> None:
     """The one line for multi-process training asked of the TensorFlow backend."""
-    raise UserError("training over several processes needs the JAX backend "
-                    "(KERAS_BACKEND=jax): TensorFlow's MultiWorkerMirroredStrategy does not "
-                    "train Keras 3 models (keras-team/keras#20585)", key=what)
+    raise UserError(
+        "training over several processes needs the JAX backend "
+        "(KERAS_BACKEND=jax): TensorFlow's MultiWorkerMirroredStrategy does not "
+        "train Keras 3 models (keras-team/keras#20585)",
+        key=what,
+    )
 
 
 def check_tensorflow_config() -> None:
@@ -304,9 +333,12 @@ def predict_global_batch(model, inputs: dict):
 
     distribution = keras.distribution.distribution()
     share = process_share(len(next(iter(inputs.values()))))
-    arrays = {name: jax.make_array_from_process_local_data(
-        distribution.get_data_layout(np.shape(value)).backend_layout, np.asarray(value)[share])
-        for name, value in inputs.items()}
+    arrays = {
+        name: jax.make_array_from_process_local_data(
+            distribution.get_data_layout(np.shape(value)).backend_layout, np.asarray(value)[share]
+        )
+        for name, value in inputs.items()
+    }
     trainable = [variable.value for variable in model.trainable_variables]
     non_trainable = [variable.value for variable in model.non_trainable_variables]
     outputs = _replicated_call(model)(trainable, non_trainable, arrays)

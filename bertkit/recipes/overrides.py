@@ -41,7 +41,8 @@ def _set_path(raw: dict, path: tuple, value, text: str) -> None:
             child = {"name": child} if part == "task" and isinstance(child, str) else {}
             node[part] = child
         if not isinstance(child, dict):
-            raise UserError(f"'{'.'.join(path[:i + 1])}' is not a section", source="--set",
-                            key=".".join(path))
+            raise UserError(
+                f"'{'.'.join(path[: i + 1])}' is not a section", source="--set", key=".".join(path)
+            )
         node = child
     node[path[-1]] = value

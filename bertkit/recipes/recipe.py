@@ -41,73 +41,143 @@ _field = dataclasses.field
 
 @dataclasses.dataclass(frozen=True)
 class BackboneConfig:
-    preset: str = _field(metadata={"help": "keras-hub preset name, hf://org/name, "
-                                           "package:module/folder, or a local folder (keras-hub "
-                                           "preset, Hugging Face BERT, or Google BERT checkpoint)"})
-    sequence_length: int = _field(default=128, metadata={
-        "min": 8, "max": 4096, "help": "longest model input in word pieces"})
-    lowercase: bool | None = _field(default=None, metadata={
-        "help": "lowercase and strip accents; null takes the checkpoint's setting"})
+    preset: str = _field(
+        metadata={
+            "help": "keras-hub preset name, hf://org/name, "
+            "package:module/folder, or a local folder (keras-hub "
+            "preset, Hugging Face BERT, or Google BERT checkpoint)"
+        }
+    )
+    sequence_length: int = _field(
+        default=128, metadata={"min": 8, "max": 4096, "help": "longest model input in word pieces"}
+    )
+    lowercase: bool | None = _field(
+        default=None,
+        metadata={"help": "lowercase and strip accents; null takes the checkpoint's setting"},
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
     epochs: int = _field(default=3, metadata={"min": 1, "max": 10_000})
     batch_size: int = _field(default=32, metadata={"min": 1})
-    eval_batch_size: int | None = _field(default=None, metadata={
-        "min": 1, "help": "defaults to 2 x batch_size"})
+    eval_batch_size: int | None = _field(
+        default=None, metadata={"min": 1, "help": "defaults to 2 x batch_size"}
+    )
     learning_rate: float = _field(default=3e-5, metadata={"min_exclusive": 0.0})
     warmup_ratio: float = _field(default=0.1, metadata={"min": 0.0, "max": 1.0})
-    weight_decay: float = _field(default=0.01, metadata={
-        "min": 0.0, "help": "AdamW decay; never applied to biases and LayerNorm"})
-    adam_epsilon: float = _field(default=1e-6, metadata={
-        "min_exclusive": 0.0, "help": "AdamW's epsilon, added after the bias correction"})
-    max_grad_norm: float | None = _field(default=1.0, metadata={
-        "min_exclusive": 0.0, "help": "global-norm gradient clipping; null disables it"})
+    weight_decay: float = _field(
+        default=0.01,
+        metadata={"min": 0.0, "help": "AdamW decay; never applied to biases and LayerNorm"},
+    )
+    adam_epsilon: float = _field(
+        default=1e-6,
+        metadata={"min_exclusive": 0.0, "help": "AdamW's epsilon, added after the bias correction"},
+    )
+    max_grad_norm: float | None = _field(
+        default=1.0,
+        metadata={"min_exclusive": 0.0, "help": "global-norm gradient clipping; null disables it"},
+    )
     gradient_accumulation_steps: int = _field(default=1, metadata={"min": 1})
     mixed_precision: Literal["bfloat16", "float16"] | None = None
-    jit_compile: bool | Literal["auto"] = _field(default="auto", metadata={
-        "help": "XLA; 'auto' uses it on GPUs only (it does not speed up CPU training)"})
-    compilation_cache: str = _field(default="auto", metadata={
-        "help": "folder of JAX's persistent compilation cache, so that a second run compiles "
-                "nothing; auto: $BERTKIT_COMPILATION_CACHE, else ~/.cache/bertkit/xla; off: "
-                "no cache"})
-    seed: int = _field(default=42, metadata={
-        "min": 0, "max": 2**32 - 1, "help": "seeds NumPy, Python and the backend (NumPy "
-                                           "takes 0 to 2^32 - 1)"})
-    seeds: int = _field(default=1, metadata={
-        "min": 1, "max": 100, "help": "train seed, seed + 1, ... one after another in "
-                                      "seeds/seed-<k>/; report mean and sd (README: Seeds)"})
-    keep_seed: Literal["median", "best"] = _field(default="median", metadata={
-        "help": "seeds > 1: the seed whose model is the run's, by the validation monitor"})
-    checkpoint_every_steps: int | None = _field(default=None, metadata={
-        "min": 1, "help": "also checkpoint every N training steps (default: at epoch ends)"})
-    checkpoint_every_minutes: float | None = _field(default=None, metadata={
-        "min_exclusive": 0.0, "help": "also checkpoint every M minutes of training"})
-    early_stopping_patience: int | None = _field(default=None, metadata={
-        "min": 1, "help": "stop after this many epochs without a better validation metric"})
+    jit_compile: bool | Literal["auto"] = _field(
+        default="auto",
+        metadata={"help": "XLA; 'auto' uses it on GPUs only (it does not speed up CPU training)"},
+    )
+    compilation_cache: str = _field(
+        default="auto",
+        metadata={
+            "help": "folder of JAX's persistent compilation cache, so that a second run compiles "
+            "nothing; auto: $BERTKIT_COMPILATION_CACHE, else ~/.cache/bertkit/xla; off: "
+            "no cache"
+        },
+    )
+    seed: int = _field(
+        default=42,
+        metadata={
+            "min": 0,
+            "max": 2**32 - 1,
+            "help": "seeds NumPy, Python and the backend (NumPy takes 0 to 2^32 - 1)",
+        },
+    )
+    seeds: int = _field(
+        default=1,
+        metadata={
+            "min": 1,
+            "max": 100,
+            "help": "train seed, seed + 1, ... one after another in "
+            "seeds/seed-<k>/; report mean and sd (README: Seeds)",
+        },
+    )
+    keep_seed: Literal["median", "best"] = _field(
+        default="median",
+        metadata={
+            "help": "seeds > 1: the seed whose model is the run's, by the validation monitor"
+        },
+    )
+    checkpoint_every_steps: int | None = _field(
+        default=None,
+        metadata={
+            "min": 1,
+            "help": "also checkpoint every N training steps (default: at epoch ends)",
+        },
+    )
+    checkpoint_every_minutes: float | None = _field(
+        default=None,
+        metadata={"min_exclusive": 0.0, "help": "also checkpoint every M minutes of training"},
+    )
+    early_stopping_patience: int | None = _field(
+        default=None,
+        metadata={
+            "min": 1,
+            "help": "stop after this many epochs without a better validation metric",
+        },
+    )
     distribution: Literal["auto", "one_device", "data_parallel", "mirrored"] = _field(
-        default="auto", metadata={
+        default="auto",
+        metadata={
             "help": "data parallel over this machine's devices (JAX: keras.distribution."
-                    "DataParallel, TensorFlow: MirroredStrategy); 'auto' when there are "
-                    "several, 'data_parallel' (or 'mirrored') always; batch_size is global"})
-    bucket_lengths: tuple[int, ...] | None = _field(default=None, metadata={
-        "help": "padded batch lengths to choose from; null: 16, 32, 64, 128, ... "
-                "up to sequence_length"})
+            "DataParallel, TensorFlow: MirroredStrategy); 'auto' when there are "
+            "several, 'data_parallel' (or 'mirrored') always; batch_size is global"
+        },
+    )
+    bucket_lengths: tuple[int, ...] | None = _field(
+        default=None,
+        metadata={
+            "help": "padded batch lengths to choose from; null: 16, 32, 64, 128, ... "
+            "up to sequence_length"
+        },
+    )
     batch_order: Literal["length_buckets", "random"] = _field(
-        default="length_buckets", metadata={
+        default="length_buckets",
+        metadata={
             "help": "length_buckets: each batch from one bucket (least padding); random: "
-                    "rows drawn at random, as transformers' Trainer does"})
-    micro_batches: int = _field(default=1, metadata={
-        "min": 1, "help": "random order: split each batch by length into this many parts, "
-                          "each padded to its own bucket; the update is the whole batch's"})
-    packing: bool = _field(default=False, metadata={
-        "help": "lay each batch's rows end to end in a few long rows (block-diagonal "
-                "attention, positions restart per row): the same update, far less padding; "
-                "tagging and classification, one device"})
-    lora: LoraConfig | None = _field(default=None, metadata={
-        "help": "train low-rank updates of the backbone's layers and the task head only "
-                "(README: LoRA); null: every weight"})
+            "rows drawn at random, as transformers' Trainer does"
+        },
+    )
+    micro_batches: int = _field(
+        default=1,
+        metadata={
+            "min": 1,
+            "help": "random order: split each batch by length into this many parts, "
+            "each padded to its own bucket; the update is the whole batch's",
+        },
+    )
+    packing: bool = _field(
+        default=False,
+        metadata={
+            "help": "lay each batch's rows end to end in a few long rows (block-diagonal "
+            "attention, positions restart per row): the same update, far less padding; "
+            "tagging and classification, one device"
+        },
+    )
+    lora: LoraConfig | None = _field(
+        default=None,
+        metadata={
+            "help": "train low-rank updates of the backbone's layers and the task head only "
+            "(README: LoRA); null: every weight"
+        },
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,15 +240,17 @@ def load_recipe(recipe, overrides: list[str] | None = None, **sections) -> Recip
         raw, origin = copy.deepcopy(recipe), schema.Origin("<recipe>", {}, Path.cwd())
         default_output = Path("runs") / "run"
     if not isinstance(raw, dict):
-        raise UserError("a recipe is a mapping of sections: " + ", ".join(_SECTIONS),
-                        source=origin.source, line=1)
+        raise UserError(
+            "a recipe is a mapping of sections: " + ", ".join(_SECTIONS),
+            source=origin.source,
+            line=1,
+        )
     overridden = apply_overrides(raw, overrides or [], sections)
     override_origin = schema.Origin("--set", {}, Path.cwd())
     return _build_recipe(raw, origin, override_origin, overridden, default_output)
 
 
-def _build_recipe(raw: dict, file_origin, override_origin, touched: set,
-                  default_output) -> Recipe:
+def _build_recipe(raw: dict, file_origin, override_origin, touched: set, default_output) -> Recipe:
     origin = schema.MixedOrigin(file_origin, override_origin, touched)
     _check_top_level(raw, origin)
     task_name, task_options = _task_section(raw, origin)
@@ -187,9 +259,11 @@ def _build_recipe(raw: dict, file_origin, override_origin, touched: set,
     data, backbone, training = _build_sections(raw, origin, task_class)
     search = None
     if raw.get("search") is not None:
-        search = parse_search(raw["search"], origin, {"training": TrainingConfig,
-                                                      "task": task_class.Options,
-                                                      "backbone": BackboneConfig})
+        search = parse_search(
+            raw["search"],
+            origin,
+            {"training": TrainingConfig, "task": task_class.Options, "backbone": BackboneConfig},
+        )
     return Recipe(
         schema=SCHEMA_VERSION,
         task=task_name,
@@ -210,19 +284,24 @@ def _check_top_level(raw: dict, origin) -> None:
             message = schema._unknown_key_message(key, dict.fromkeys(_SECTIONS))
             raise origin.error(message, (key,))
     if "schema" not in raw:
-        raise origin.error(f"missing required key 'schema' (this bertkit reads schema "
-                           f"{SCHEMA_VERSION})", ("schema",))
+        raise origin.error(
+            f"missing required key 'schema' (this bertkit reads schema {SCHEMA_VERSION})",
+            ("schema",),
+        )
     if raw["schema"] != SCHEMA_VERSION:
-        raise origin.error(f"unsupported schema {raw['schema']!r}; this bertkit reads "
-                           f"schema {SCHEMA_VERSION}", ("schema",))
+        raise origin.error(
+            f"unsupported schema {raw['schema']!r}; this bertkit reads schema {SCHEMA_VERSION}",
+            ("schema",),
+        )
 
 
 def _build_sections(raw: dict, origin, task_class) -> tuple:
     """The `data`, `backbone` (its preset resolved) and `training` sections, checked."""
     for section in ("backbone", "data"):
         if not isinstance(raw.get(section), dict):
-            problem = ("missing required section" if raw.get(section) is None
-                       else "expected a mapping for")
+            problem = (
+                "missing required section" if raw.get(section) is None else "expected a mapping for"
+            )
             raise origin.error(f"{problem} '{section}'", (section,))
     data = schema.build(task_class.Data, raw["data"], origin, ("data",))
     if data.train is None:
@@ -230,8 +309,9 @@ def _build_sections(raw: dict, origin, task_class) -> tuple:
     backbone = schema.build(BackboneConfig, raw["backbone"], origin, ("backbone",))
     backbone = _resolve_preset(backbone, origin.base_dir_for(("backbone", "preset")))
     training = schema.build(TrainingConfig, raw.get("training") or {}, origin, ("training",))
-    BatchPlan.check_recipe(training, task_class,
-                           lambda message, key: origin.error(message, ("training", key)))
+    BatchPlan.check_recipe(
+        training, task_class, lambda message, key: origin.error(message, ("training", key))
+    )
     return data, backbone, training
 
 
@@ -252,8 +332,9 @@ def _task_section(raw: dict, origin) -> tuple[str, dict]:
     if isinstance(task, dict) and isinstance(task.get("name"), str):
         return task["name"], {k: v for k, v in task.items() if k != "name"}
     if task is None:
-        raise origin.error(f"missing required key 'task' (one of: {', '.join(task_names())})",
-                           ("task",))
+        raise origin.error(
+            f"missing required key 'task' (one of: {', '.join(task_names())})", ("task",)
+        )
     raise origin.error("expected a task name or a mapping with 'name'", ("task",))
 
 

@@ -52,7 +52,7 @@ class MixedOrigin:
         self.overridden = overridden
 
     def for_path(self, path: tuple) -> Origin:
-        if any(path[:len(key)] == key for key in self.overridden):
+        if any(path[: len(key)] == key for key in self.overridden):
             return self.override_origin
         return self.file_origin
 
@@ -196,8 +196,11 @@ def _digits(value: int) -> int:
 def to_plain(instance):
     """A dataclass instance as nested plain dicts/lists (for YAML and JSON output)."""
     if dataclasses.is_dataclass(instance):
-        return {f.name: to_plain(getattr(instance, f.name))
-                for f in dataclasses.fields(instance) if f.init}
+        return {
+            f.name: to_plain(getattr(instance, f.name))
+            for f in dataclasses.fields(instance)
+            if f.init
+        }
     if isinstance(instance, (list, tuple)):
         return [to_plain(v) for v in instance]
     return instance
@@ -222,8 +225,11 @@ def json_schema(cls) -> dict:
         meta = field.metadata
         if "help" in meta:
             prop["description"] = meta["help"]
-        for key, schema_key in (("min", "minimum"), ("max", "maximum"),
-                                ("min_exclusive", "exclusiveMinimum")):
+        for key, schema_key in (
+            ("min", "minimum"),
+            ("max", "maximum"),
+            ("min_exclusive", "exclusiveMinimum"),
+        ):
             if key in meta:
                 prop[schema_key] = meta[key]
         if field.default is not dataclasses.MISSING:
@@ -248,6 +254,5 @@ def _type_schema(hint) -> dict:
         return {"type": "array", "items": _type_schema(item_type)}
     if dataclasses.is_dataclass(hint):
         return json_schema(hint)
-    simple = {int: "integer", float: "number", bool: "boolean", str: "string",
-              type(None): "null"}
+    simple = {int: "integer", float: "number", bool: "boolean", str: "string", type(None): "null"}
     return {"type": simple[hint]} if hint in simple else {}

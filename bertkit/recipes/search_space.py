@@ -34,22 +34,43 @@ _SCALARS = (bool, int, float, str, type(None))  # what Optuna's categorical choi
 class SearchOptions:
     """The search's own settings: the keys of `search:` without a dot."""
 
-    trials: int = _field(default=20, metadata={
-        "min": 1, "help": "finished (complete or pruned) trials the study ends with"})
-    timeout: float | None = _field(default=None, metadata={
-        "min_exclusive": 0.0, "help": "seconds after which no worker starts another trial"})
-    sampler: Literal["tpe", "random"] = _field(default="tpe", metadata={
-        "help": "Optuna's TPESampler, or RandomSampler"})
-    seed: int | None = _field(default=None, metadata={
-        "min": 0, "max": 2**32 - 1,  # as training.seed: what NumPy's seeds take
-        "help": "the sampler's seed (give several workers none, or they sample alike)"})
-    pruner: Literal["median", "hyperband", "none"] = _field(default="median", metadata={
-        "help": "stops trials whose validation metric falls behind: Optuna's MedianPruner, "
-                "HyperbandPruner, or no pruning"})
-    pruner_startup_trials: int = _field(default=2, metadata={
-        "min": 0, "help": "median: trials that finish before any trial is pruned"})
-    pruner_warmup_epochs: int = _field(default=0, metadata={
-        "min": 0, "help": "median: epochs a trial always trains before it may be pruned"})
+    trials: int = _field(
+        default=20,
+        metadata={"min": 1, "help": "finished (complete or pruned) trials the study ends with"},
+    )
+    timeout: float | None = _field(
+        default=None,
+        metadata={
+            "min_exclusive": 0.0,
+            "help": "seconds after which no worker starts another trial",
+        },
+    )
+    sampler: Literal["tpe", "random"] = _field(
+        default="tpe", metadata={"help": "Optuna's TPESampler, or RandomSampler"}
+    )
+    seed: int | None = _field(
+        default=None,
+        metadata={
+            "min": 0,
+            "max": 2**32 - 1,  # as training.seed: what NumPy's seeds take
+            "help": "the sampler's seed (give several workers none, or they sample alike)",
+        },
+    )
+    pruner: Literal["median", "hyperband", "none"] = _field(
+        default="median",
+        metadata={
+            "help": "stops trials whose validation metric falls behind: Optuna's MedianPruner, "
+            "HyperbandPruner, or no pruning"
+        },
+    )
+    pruner_startup_trials: int = _field(
+        default=2,
+        metadata={"min": 0, "help": "median: trials that finish before any trial is pruned"},
+    )
+    pruner_warmup_epochs: int = _field(
+        default=0,
+        metadata={"min": 0, "help": "median: epochs a trial always trains before it may be pruned"},
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,8 +97,9 @@ class Dimension:
         if self.choices is not None:
             return trial.suggest_categorical(self.key, list(self.choices))
         if self.integer:
-            return trial.suggest_int(self.key, self.low, self.high, step=self.step or 1,
-                                     log=self.log)
+            return trial.suggest_int(
+                self.key, self.low, self.high, step=self.step or 1, log=self.log
+            )
         return trial.suggest_float(self.key, self.low, self.high, step=self.step, log=self.log)
 
     def distribution(self):
@@ -87,17 +109,20 @@ class Dimension:
         if self.choices is not None:
             return distributions.CategoricalDistribution(list(self.choices))
         if self.integer:
-            return distributions.IntDistribution(self.low, self.high, step=self.step or 1,
-                                                 log=self.log)
-        return distributions.FloatDistribution(self.low, self.high, step=self.step,
-                                               log=self.log)
+            return distributions.IntDistribution(
+                self.low, self.high, step=self.step or 1, log=self.log
+            )
+        return distributions.FloatDistribution(self.low, self.high, step=self.step, log=self.log)
 
     def to_plain(self):
         if self.choices is not None:
             return list(self.choices)
         plain = {"low": self.low, "high": self.high}
-        return {**plain, **({"log": True} if self.log else {}),
-                **({"step": self.step} if self.step is not None else {})}
+        return {
+            **plain,
+            **({"log": True} if self.log else {}),
+            **({"step": self.step} if self.step is not None else {}),
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,8 +158,10 @@ class SearchSpace:
         return [f"{key}={json.dumps(value)}" for key, value in values.items()]
 
     def to_plain(self) -> dict:
-        return {**schema.to_plain(self.options),
-                **{dimension.key: dimension.to_plain() for dimension in self.dimensions}}
+        return {
+            **schema.to_plain(self.options),
+            **{dimension.key: dimension.to_plain() for dimension in self.dimensions},
+        }
 
 
 def parse_search(raw, origin, sections: dict[str, type]) -> SearchSpace:
@@ -148,12 +175,15 @@ def parse_search(raw, origin, sections: dict[str, type]) -> SearchSpace:
         raise origin.error(f"expected a mapping, got {schema._describe(raw)}", path)
     settings = {key: value for key, value in raw.items() if "." not in key}
     options = schema.build(SearchOptions, settings, origin, path)
-    dimensions = tuple(_dimension(key, value, origin, sections)
-                       for key, value in raw.items() if "." in key)
+    dimensions = tuple(
+        _dimension(key, value, origin, sections) for key, value in raw.items() if "." in key
+    )
     if not dimensions:
-        raise origin.error("names no recipe value to search; add e.g. "
-                           "'training.learning_rate: {low: 1.0e-5, high: 1.0e-4, log: true}'",
-                           path)
+        raise origin.error(
+            "names no recipe value to search; add e.g. "
+            "'training.learning_rate: {low: 1.0e-5, high: 1.0e-4, log: true}'",
+            path,
+        )
     return SearchSpace(options, dimensions)
 
 
@@ -164,8 +194,11 @@ def _dimension(key: str, value, origin, sections: dict[str, type]) -> Dimension:
         return Dimension(key, choices=_choices(value, hint, field, origin, path))
     if isinstance(value, dict):
         return _range(key, value, hint, field, origin)
-    raise origin.error("expected a range {low: ..., high: ...} or a list of choices, got "
-                       f"{schema._describe(value)}", path)
+    raise origin.error(
+        "expected a range {low: ..., high: ...} or a list of choices, got "
+        f"{schema._describe(value)}",
+        path,
+    )
 
 
 def _target(key: str, origin, sections: dict[str, type]):
@@ -173,8 +206,9 @@ def _target(key: str, origin, sections: dict[str, type]):
     path = ("search", key)
     section, _, name = key.partition(".")
     if section not in sections:
-        raise origin.error(f"cannot search '{section}' values; searchable sections: "
-                           f"{', '.join(sections)}", path)
+        raise origin.error(
+            f"cannot search '{section}' values; searchable sections: {', '.join(sections)}", path
+        )
     fields = {f.name: f for f in dataclasses.fields(sections[section]) if f.init}
     if name not in fields:
         keys = [f"{section}.{field}" for field in fields]
@@ -188,8 +222,10 @@ def _choices(values: list, hint, field, origin, path) -> tuple:
     checked = []
     for index, value in enumerate(values):
         if not isinstance(value, _SCALARS):
-            raise origin.error(f"choices are numbers, strings, true/false or null, got "
-                               f"{schema._describe(value)}", path + (index,))
+            raise origin.error(
+                f"choices are numbers, strings, true/false or null, got {schema._describe(value)}",
+                path + (index,),
+            )
         checked.append(schema.check_value(hint, field, value, origin, path + (index,)))
     return tuple(checked)
 
@@ -198,11 +234,15 @@ def _range(key: str, value: dict, hint, field, origin) -> Dimension:
     path = ("search", key)
     kind = _numeric_type(hint)
     if kind is None:
-        raise origin.error(f"a range needs a numeric value, and {key} is not a number; "
-                           "give a list of choices", path)
+        raise origin.error(
+            f"a range needs a numeric value, and {key} is not a number; give a list of choices",
+            path,
+        )
     bounds = schema.build(_Range, value, origin, path)
-    low, high = (schema.check_value(kind, field, value[name], origin, path + (name,))
-                 for name in ("low", "high"))
+    low, high = (
+        schema.check_value(kind, field, value[name], origin, path + (name,))
+        for name in ("low", "high")
+    )
     if low >= high:
         raise origin.error(f"low must be less than high, got {low} and {high}", path)
     if bounds.log and low <= 0:
@@ -228,14 +268,21 @@ def _numeric_type(hint):
 def json_schema() -> dict:
     """JSON Schema of the `search:` section (for `bertkit schema`)."""
     scalar = {"type": ["number", "string", "boolean", "null"]}
-    space = {"anyOf": [
-        {**schema.json_schema(_Range), "description": "a range, searched as an integer for "
-                                                      "integer values"},
-        {"type": "array", "items": scalar, "minItems": 1, "description": "choices"},
-    ]}
+    space = {
+        "anyOf": [
+            {
+                **schema.json_schema(_Range),
+                "description": "a range, searched as an integer for integer values",
+            },
+            {"type": "array", "items": scalar, "minItems": 1, "description": "choices"},
+        ]
+    }
     options = schema.json_schema(SearchOptions)
-    return {"type": "object", "description": "hyperparameter search ('bertkit tune'): dotted "
-                                             "recipe keys mapped to ranges or choices",
-            "properties": options["properties"],
-            "patternProperties": {r"^(training|task|backbone)\.[A-Za-z_]+$": space},
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "description": "hyperparameter search ('bertkit tune'): dotted "
+        "recipe keys mapped to ranges or choices",
+        "properties": options["properties"],
+        "patternProperties": {r"^(training|task|backbone)\.[A-Za-z_]+$": space},
+        "additionalProperties": False,
+    }

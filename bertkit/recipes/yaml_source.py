@@ -33,15 +33,20 @@ class RecipeLoader(yaml.SafeLoader):
         event = self.peek_event()
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise yaml.composer.ComposerError(
-                None, None, "anchors and aliases (&name, *name) are not allowed in recipes; "
-                "write the values out", event.start_mark)
+                None,
+                None,
+                "anchors and aliases (&name, *name) are not allowed in recipes; "
+                "write the values out",
+                event.start_mark,
+            )
         return super().compose_node(parent, index)
 
 
 RecipeLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
+    list("-+0123456789"),
+)
 
 
 def parse_scalar(text: str, key: str | None = None):
@@ -67,8 +72,10 @@ def load_yaml(path) -> tuple[object, dict[KeyPath, int]]:
     """
     path = Path(path)
     if path.is_file() and path.stat().st_size > MAX_RECIPE_BYTES:
-        raise UserError(f"is {path.stat().st_size:,} bytes; a recipe is at most "
-                        f"{MAX_RECIPE_BYTES:,}", source=path)
+        raise UserError(
+            f"is {path.stat().st_size:,} bytes; a recipe is at most {MAX_RECIPE_BYTES:,}",
+            source=path,
+        )
     return parse_yaml(read_text(path), source=path)
 
 
@@ -87,8 +94,9 @@ def parse_yaml(text: str, source="<string>") -> tuple[object, dict[KeyPath, int]
         problem = error.problem or str(error)
         if "could not determine a constructor" in problem:
             tag = problem.split("tag ")[-1]
-            raise UserError(f"unsupported YAML tag {tag}; recipes are plain data",
-                            source=source, line=line) from None
+            raise UserError(
+                f"unsupported YAML tag {tag}; recipes are plain data", source=source, line=line
+            ) from None
         raise UserError(f"invalid YAML: {problem}", source=source, line=line) from None
     except yaml.YAMLError as error:
         raise UserError(f"invalid YAML: {error}", source=source) from None
@@ -96,32 +104,46 @@ def parse_yaml(text: str, source="<string>") -> tuple[object, dict[KeyPath, int]
         loader.dispose()
 
 
-_PLAIN_TAGS = {yaml.MappingNode: "tag:yaml.org,2002:map",
-               yaml.SequenceNode: "tag:yaml.org,2002:seq"}
+_PLAIN_TAGS = {
+    yaml.MappingNode: "tag:yaml.org,2002:map",
+    yaml.SequenceNode: "tag:yaml.org,2002:seq",
+}
 
 
 def _to_python(loader, node, path: KeyPath, lines: dict, source):
     lines[path] = node.start_mark.line + 1
     if type(node) in _PLAIN_TAGS and node.tag != _PLAIN_TAGS[type(node)]:
-        raise UserError(f"unsupported YAML tag '{node.tag}'; recipes are plain data",
-                        source=source, line=node.start_mark.line + 1)
+        raise UserError(
+            f"unsupported YAML tag '{node.tag}'; recipes are plain data",
+            source=source,
+            line=node.start_mark.line + 1,
+        )
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)
         mapping = {}
         for key_node, value_node in node.value:
             key = _construct(loader, key_node, path, source)
             if not isinstance(key, str):
-                raise UserError(f"keys must be names, got {key!r}",
-                                source=source, line=key_node.start_mark.line + 1)
+                raise UserError(
+                    f"keys must be names, got {key!r}",
+                    source=source,
+                    line=key_node.start_mark.line + 1,
+                )
             if key in mapping:
-                raise UserError(f"duplicate key '{key}'", source=source,
-                                line=key_node.start_mark.line + 1, key=".".join(path + (key,)))
+                raise UserError(
+                    f"duplicate key '{key}'",
+                    source=source,
+                    line=key_node.start_mark.line + 1,
+                    key=".".join(path + (key,)),
+                )
             mapping[key] = _to_python(loader, value_node, path + (key,), lines, source)
             lines[path + (key,)] = key_node.start_mark.line + 1
         return mapping
     if isinstance(node, yaml.SequenceNode):
-        return [_to_python(loader, item, path + (i,), lines, source)
-                for i, item in enumerate(node.value)]
+        return [
+            _to_python(loader, item, path + (i,), lines, source)
+            for i, item in enumerate(node.value)
+        ]
     return _construct(loader, node, path, source)
 
 
@@ -132,9 +154,15 @@ def _construct(loader, node, path: KeyPath, source):
     except ValueError as error:
         if node.tag == "tag:yaml.org,2002:int":  # int("9" * 5000): Python's 4300-digit limit
             digits = sum(character.isdigit() for character in node.value)
-            message = (f"a number of {digits} digits is too long to read (at most "
-                       f"{sys.get_int_max_str_digits()})")
+            message = (
+                f"a number of {digits} digits is too long to read (at most "
+                f"{sys.get_int_max_str_digits()})"
+            )
         else:
             message = f"cannot read {node.value[:40]!r}: {error}"
-        raise UserError(message, source=source, line=node.start_mark.line + 1,
-                        key=".".join(map(str, path)) or None) from None
+        raise UserError(
+            message,
+            source=source,
+            line=node.start_mark.line + 1,
+            key=".".join(map(str, path)) or None,
+        ) from None

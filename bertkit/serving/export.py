@@ -22,9 +22,15 @@ from bertkit.errors import UserError
 from bertkit.files import MAX_INPUT_CHARACTERS, MAX_REQUEST_CHARACTERS
 
 
-def export_saved_model(task, model, directory, metadata: dict, *,
-                       max_input_characters: int = MAX_INPUT_CHARACTERS,
-                       max_request_characters: int = MAX_REQUEST_CHARACTERS) -> Path:
+def export_saved_model(
+    task,
+    model,
+    directory,
+    metadata: dict,
+    *,
+    max_input_characters: int = MAX_INPUT_CHARACTERS,
+    max_request_characters: int = MAX_REQUEST_CHARACTERS,
+) -> Path:
     """Writes `directory` with a `serving_default` signature of `task.serve`, then loads
     it back and checks its answers (`verify_saved_model`).
 
@@ -40,16 +46,19 @@ def export_saved_model(task, model, directory, metadata: dict, *,
     import keras
 
     if keras.backend.backend() != "tensorflow":
-        raise UserError("SavedModel export needs the TensorFlow backend "
-                        "(unset KERAS_BACKEND or set it to 'tensorflow')")
+        raise UserError(
+            "SavedModel export needs the TensorFlow backend "
+            "(unset KERAS_BACKEND or set it to 'tensorflow')"
+        )
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
-        raise UserError("export path exists and is not a folder; choose another",
-                        source=directory)
+        raise UserError("export path exists and is not a folder; choose another", source=directory)
     if directory.exists() and any(directory.iterdir()):
         raise UserError("export folder exists and is not empty; choose another", source=directory)
-    limits = {"max_input_characters": max_input_characters,
-              "max_request_characters": max_request_characters}
+    limits = {
+        "max_input_characters": max_input_characters,
+        "max_request_characters": max_request_characters,
+    }
     for key, value in limits.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"expected a whole number of at least 1, got {value!r}", key=key)
@@ -66,9 +75,12 @@ def check_finite_weights(model, source) -> None:
 
     for variable in model.weights:
         if not np.isfinite(keras.ops.convert_to_numpy(variable.value)).all():
-            raise UserError(f"the run's weights are not finite (NaN or infinity in "
-                            f"'{variable.path}'): training diverged, so there is no model to "
-                            "export; train again with a lower learning rate", source=source)
+            raise UserError(
+                f"the run's weights are not finite (NaN or infinity in "
+                f"'{variable.path}'): training diverged, so there is no model to "
+                "export; train again with a lower learning rate",
+                source=source,
+            )
 
 
 @contextlib.contextmanager
@@ -84,8 +96,9 @@ def _staging_folder(directory: Path):
         yield staging
         os.replace(staging, directory)  # an empty `directory` is replaced too
     except (OSError, tf.errors.OpError) as error:
-        raise UserError(f"cannot write the SavedModel: {_reason(error)}",
-                        source=directory) from None
+        raise UserError(
+            f"cannot write the SavedModel: {_reason(error)}", source=directory
+        ) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -101,8 +114,9 @@ def _write_saved_model(task, model, directory: Path, metadata: dict) -> None:
     import tensorflow as tf
 
     specs = task.serving_inputs()  # name -> tf.TensorSpec(name=name): the signature's keys
-    serve = tf.function(checked_serve(task, model, list(specs), **metadata["input_limits"]),
-                        autograph=False)
+    serve = tf.function(
+        checked_serve(task, model, list(specs), **metadata["input_limits"]), autograph=False
+    )
     signature = serve.get_concrete_function(*(_any_shape(spec) for spec in specs.values()))
     # `tf.saved_model.save` of a module holding only what `serve` reads: the weights
     # and the tokenizer's resources. Keras' `ExportArchive` would also save `serve` as a
@@ -122,12 +136,14 @@ def _write_saved_model(task, model, directory: Path, metadata: dict) -> None:
 
 
 # Every built-in task takes these (span QA as question and context, MLM needs a [MASK]).
-_PROBES = ["[MASK]", "The film was [MASK] good , said Anna Smith in Paris .",
-           "Who wrote it ? [MASK] wrote it in 1990 ."]
+_PROBES = [
+    "[MASK]",
+    "The film was [MASK] good , said Anna Smith in Paris .",
+    "Who wrote it ? [MASK] wrote it in 1990 .",
+]
 
 
-def probes_within(max_input_characters: int, max_request_characters: int,
-                  inputs: int) -> list[str]:
+def probes_within(max_input_characters: int, max_request_characters: int, inputs: int) -> list[str]:
     """The probe texts, in order, that a SavedModel with these limits answers when each of
     its `inputs` inputs is given them (all of them but for tiny limits)."""
     probes, total = [], 0
@@ -171,17 +187,22 @@ def verify_saved_model(directory, expected: dict, probes: list = _PROBES) -> Non
     for key, want in expected.items():
         have = np.asarray(got[key])
         same = want.shape == have.shape and (
-            np.allclose(want, have, atol=1e-5) if want.dtype.kind in "fc"
-            else np.array_equal(want, have))
+            np.allclose(want, have, atol=1e-5)
+            if want.dtype.kind in "fc"
+            else np.array_equal(want, have)
+        )
         if not same:
-            raise RuntimeError(f"the SavedModel in {directory} answers differently from "
-                               f"the model it was exported from (output '{key}')")
+            raise RuntimeError(
+                f"the SavedModel in {directory} answers differently from "
+                f"the model it was exported from (output '{key}')"
+            )
 
 
 def tensorflow_available() -> bool:
     """TensorFlow and tf-text can be imported (checked without importing them)."""
-    return all(importlib.util.find_spec(name) is not None
-               for name in ("tensorflow", "tensorflow_text"))
+    return all(
+        importlib.util.find_spec(name) is not None for name in ("tensorflow", "tensorflow_text")
+    )
 
 
 def export_in_tensorflow_process(run_dir, directory) -> Path:
@@ -192,13 +213,15 @@ def export_in_tensorflow_process(run_dir, directory) -> Path:
     task.json), exactly as it does for any finished run.
     """
     environment = {**os.environ, "KERAS_BACKEND": "tensorflow"}
-    result = subprocess.run([sys.executable, "-m", "bertkit.cli", "export", str(run_dir),
-                             "--out", str(directory)], env=environment, capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "bertkit.cli", "export", str(run_dir), "--out", str(directory)],
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no message"])[-1]
-        raise UserError(f"SavedModel export in a TensorFlow process failed: {last}",
-                        source=run_dir)
+        raise UserError(f"SavedModel export in a TensorFlow process failed: {last}", source=run_dir)
     return Path(directory)
 
 
@@ -208,9 +231,14 @@ def export_in_tensorflow_process(run_dir, directory) -> Path:
 _FILLER = "[MASK]"
 
 
-def checked_serve(task, model, names: list, *,
-                  max_input_characters: int = MAX_INPUT_CHARACTERS,
-                  max_request_characters: int = MAX_REQUEST_CHARACTERS):
+def checked_serve(
+    task,
+    model,
+    names: list,
+    *,
+    max_input_characters: int = MAX_INPUT_CHARACTERS,
+    max_request_characters: int = MAX_REQUEST_CHARACTERS,
+):
     """`task.serve` behind the checks a server needs for every task: each input is a
     1-D batch of strings (a scalar or a 2-D input is an `InvalidArgumentError` naming
     it, never a crash), the inputs have one batch size, the texts are within the limits
@@ -220,19 +248,28 @@ def checked_serve(task, model, names: list, *,
     def serve(*tensors):
         checked = []
         for name, tensor in zip(names, tensors, strict=True):
-            is_batch = tf.debugging.Assert(tf.equal(tf.rank(tensor), 1), [
-                f"input {name} must be a 1-D batch of strings (shape [batch]), got shape",
-                tf.shape(tensor)])
+            is_batch = tf.debugging.Assert(
+                tf.equal(tf.rank(tensor), 1),
+                [
+                    f"input {name} must be a 1-D batch of strings (shape [batch]), got shape",
+                    tf.shape(tensor),
+                ],
+            )
             with tf.control_dependencies([is_batch]):
                 # A reshape, not EnsureShape: that would fail first, with its own message.
                 checked.append(tf.ensure_shape(tf.reshape(tensor, [-1]), [None]))
         size = tf.shape(checked[0])[0]
         for name, tensor in zip(names[1:], checked[1:], strict=True):
-            tf.debugging.assert_equal(tf.shape(tensor)[0], size, message=(
-                f"input {name} must have as many rows as input {names[0]}"))
+            tf.debugging.assert_equal(
+                tf.shape(tensor)[0],
+                size,
+                message=(f"input {name} must have as many rows as input {names[0]}"),
+            )
         checked = within_limits(checked, max_input_characters, max_request_characters)
-        inputs = {name: tf.cond(size > 0, lambda t=tensor: t, lambda: tf.constant([_FILLER]))
-                  for name, tensor in zip(names, checked, strict=True)}
+        inputs = {
+            name: tf.cond(size > 0, lambda t=tensor: t, lambda: tf.constant([_FILLER]))
+            for name, tensor in zip(names, checked, strict=True)
+        }
         outputs = task.serve(model, inputs)
         return {key: value[:size] for key, value in outputs.items()}
 
@@ -249,18 +286,31 @@ def within_limits(tensors: list, max_input_characters: int, max_request_characte
 
     # (batch,) characters (Unicode code points, as Python counts them) of each row; int64:
     # a request's total may exceed 2^31
-    lengths = tf.add_n([tf.cast(tf.strings.length(t, unit="UTF8_CHAR"), tf.int64)
-                        for t in tensors], name="characters_per_input")
+    lengths = tf.add_n(
+        [tf.cast(tf.strings.length(t, unit="UTF8_CHAR"), tf.int64) for t in tensors],
+        name="characters_per_input",
+    )
     total = tf.reduce_sum(lengths, name="characters_per_request")
     checks = [
-        tf.debugging.assert_less_equal(lengths, tf.constant(max_input_characters, tf.int64), (
-            f"an input (the texts of one row together) is longer than {max_input_characters:,} "
-            "characters, the limit per input of this SavedModel (bertkit export "
-            "--max-input-characters)")),
-        tf.debugging.assert_less_equal(total, tf.constant(max_request_characters, tf.int64), (
-            f"the request is longer than {max_request_characters:,} characters (all its "
-            "texts together), the limit per request of this SavedModel (bertkit export "
-            "--max-request-characters); send fewer texts per request"))]
+        tf.debugging.assert_less_equal(
+            lengths,
+            tf.constant(max_input_characters, tf.int64),
+            (
+                f"an input (the texts of one row together) is longer than {max_input_characters:,} "
+                "characters, the limit per input of this SavedModel (bertkit export "
+                "--max-input-characters)"
+            ),
+        ),
+        tf.debugging.assert_less_equal(
+            total,
+            tf.constant(max_request_characters, tf.int64),
+            (
+                f"the request is longer than {max_request_characters:,} characters (all its "
+                "texts together), the limit per request of this SavedModel (bertkit export "
+                "--max-request-characters); send fewer texts per request"
+            ),
+        ),
+    ]
     with tf.control_dependencies(checks):
         return [tf.identity(t) for t in tensors]
 

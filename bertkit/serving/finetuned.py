@@ -21,10 +21,15 @@ from bertkit.serving.inference import predict_examples
 
 def task_description(task, sequence_length: int, batch_size: int, buckets) -> dict:
     """What `model/task.json` holds: enough to rebuild the task without the recipe."""
-    return {"task": task.name, "options": schema.to_plain(task.options),
-            "data": schema.to_plain(task.data), "state": task.state,
-            "sequence_length": sequence_length, "batch_size": batch_size,
-            "bucket_lengths": list(buckets)}
+    return {
+        "task": task.name,
+        "options": schema.to_plain(task.options),
+        "data": schema.to_plain(task.data),
+        "state": task.state,
+        "sequence_length": sequence_length,
+        "batch_size": batch_size,
+        "bucket_lengths": list(buckets),
+    }
 
 
 def build_task(description: dict, tokenizer, source):
@@ -32,8 +37,9 @@ def build_task(description: dict, tokenizer, source):
     origin = schema.Origin(str(source))
     options = schema.build(task_class.Options, description["options"], origin, ("options",))
     data = schema.build(task_class.Data, description["data"], origin, ("data",))
-    return task_class(options, data, tokenizer, description["sequence_length"],
-                      description["state"])
+    return task_class(
+        options, data, tokenizer, description["sequence_length"], description["state"]
+    )
 
 
 def _check_text(value, hint, name: str) -> None:
@@ -56,8 +62,9 @@ def _check_strings(value, max_input_characters: int) -> None:
     strings = list(_strings(value))
     count = sum(map(len, strings))
     if count > max_input_characters:
-        raise UserError(f"longer than {max_input_characters:,} characters ({count:,}), the "
-                        f"limit per input")
+        raise UserError(
+            f"longer than {max_input_characters:,} characters ({count:,}), the limit per input"
+        )
     if any("\0" in text for text in strings):
         raise UserError("a NUL byte (binary data?); expected text")
 
@@ -109,8 +116,10 @@ class FineTunedModel:
             model.load_weights(run.weights_file)
         except (OSError, ValueError) as error:  # h5py's errors for a truncated file
             problem = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise UserError(f"cannot read the model weights (truncated or corrupt file?): "
-                            f"{problem}", source=run.weights_file) from None
+            raise UserError(
+                f"cannot read the model weights (truncated or corrupt file?): {problem}",
+                source=run.weights_file,
+            ) from None
         return cls(run, task, model, description)
 
     @property
@@ -118,8 +127,9 @@ class FineTunedModel:
         """The widths this model's inference batches are padded to (see `padding_lengths`)."""
         from bertkit.padding import compiles_each_shape, padding_lengths
 
-        return padding_lengths(tuple(self.description["bucket_lengths"]),
-                               compiles_each_shape(self.model))
+        return padding_lengths(
+            tuple(self.description["bucket_lengths"]), compiles_each_shape(self.model)
+        )
 
     @property
     def takes_text_pairs(self) -> bool:
@@ -127,8 +137,14 @@ class FineTunedModel:
         span QA): the task takes a [text, text] pair but not a single text."""
         return not _parses(self.task, "text") and _parses(self.task, ["text", "text"])
 
-    def predict(self, inputs, batch_size: int | None = None, *, errors: str = "raise",
-                max_input_characters: int = MAX_INPUT_CHARACTERS) -> list[dict]:
+    def predict(
+        self,
+        inputs,
+        batch_size: int | None = None,
+        *,
+        errors: str = "raise",
+        max_input_characters: int = MAX_INPUT_CHARACTERS,
+    ) -> list[dict]:
         """Predictions for raw inputs: texts, text pairs or dicts, as the task takes them.
 
         Args:
@@ -145,8 +161,15 @@ class FineTunedModel:
             inputs = [inputs]
         return self._predict_chunk(list(inputs), 0, batch_size, errors, max_input_characters)
 
-    def predict_stream(self, inputs, batch_size: int | None = None, *, errors: str = "raise",
-                       progress=None, max_input_characters: int = MAX_INPUT_CHARACTERS):
+    def predict_stream(
+        self,
+        inputs,
+        batch_size: int | None = None,
+        *,
+        errors: str = "raise",
+        progress=None,
+        max_input_characters: int = MAX_INPUT_CHARACTERS,
+    ):
         """`predict`, yielding predictions in input order as each batch of inputs is done.
 
         For long inputs (the CLI): the first results come after one batch, not
@@ -162,17 +185,17 @@ class FineTunedModel:
             chunks = arriving_chunks(inputs, step)
         else:  # all there already
             inputs = list(inputs)
-            chunks = (inputs[start:start + step] for start in range(0, len(inputs), step))
+            chunks = (inputs[start : start + step] for start in range(0, len(inputs), step))
         done = 0
         for chunk in chunks:
-            yield from self._predict_chunk(chunk, done, batch_size, errors,
-                                           max_input_characters)
+            yield from self._predict_chunk(chunk, done, batch_size, errors, max_input_characters)
             done += len(chunk)
             if progress is not None:
                 progress(done)
 
-    def _predict_chunk(self, inputs: list, offset: int, batch_size, errors: str,
-                       max_input_characters: int) -> list:
+    def _predict_chunk(
+        self, inputs: list, offset: int, batch_size, errors: str, max_input_characters: int
+    ) -> list:
         results: list = [None] * len(inputs)
         positions, examples = [], []
         for position, value in enumerate(inputs):
@@ -184,9 +207,13 @@ class FineTunedModel:
                 if errors == "raise":
                     raise error from None
                 results[position] = {"error": str(error)}
-        predictions = predict_examples(self.task, self.model, examples,
-                                       batch_size or 2 * self.description["batch_size"],
-                                       self.buckets)
+        predictions = predict_examples(
+            self.task,
+            self.model,
+            examples,
+            batch_size or 2 * self.description["batch_size"],
+            self.buckets,
+        )
         for position, prediction in zip(positions, predictions, strict=True):
             results[position] = prediction
         return results
@@ -205,8 +232,9 @@ class FineTunedModel:
                 _check_text(getattr(example, field.name), hints.get(field.name), field.name)
         return example
 
-    def evaluate(self, path=None, batch_size: int | None = None,
-                 predictions_dir=None, progress: bool = False) -> dict:
+    def evaluate(
+        self, path=None, batch_size: int | None = None, predictions_dir=None, progress: bool = False
+    ) -> dict:
         """The task's metrics on a labelled file (default: the recipe's validation file).
 
         With `predictions_dir`, the task also writes its predictions there in its
@@ -228,22 +256,39 @@ class FineTunedModel:
         if progress:
             counter = CountProgress("evaluate", len(examples), quiet_below=batch_size + 1)
             shown = lambda fraction: counter.update(round(fraction * len(examples)))  # noqa: E731
-        predictions = predict_examples(self.task, self.model, examples, batch_size,
-                                       self.buckets, shown)
+        predictions = predict_examples(
+            self.task, self.model, examples, batch_size, self.buckets, shown
+        )
         metrics = self.task.evaluate(examples, predictions)
         if predictions_dir is not None:
             self.task.write_predictions(examples, predictions, Path(predictions_dir))
-            write_task_report(self.task, examples, predictions, Path(predictions_dir),
-                              title=f"Evaluation on `{path}`", metrics=metrics)
+            write_task_report(
+                self.task,
+                examples,
+                predictions,
+                Path(predictions_dir),
+                title=f"Evaluation on `{path}`",
+                metrics=metrics,
+            )
         return metrics
 
-    def export(self, directory, *, max_input_characters: int = MAX_INPUT_CHARACTERS,
-               max_request_characters: int = MAX_REQUEST_CHARACTERS) -> Path:
+    def export(
+        self,
+        directory,
+        *,
+        max_input_characters: int = MAX_INPUT_CHARACTERS,
+        max_request_characters: int = MAX_REQUEST_CHARACTERS,
+    ) -> Path:
         """Writes a raw-text SavedModel (see `bertkit.serving.export`), which refuses an
         input over `max_input_characters` or a request over `max_request_characters`."""
         from bertkit.serving.export import check_finite_weights, export_saved_model
 
         check_finite_weights(self.model, self.run.weights_file)
-        return export_saved_model(self.task, self.model, directory, self.description,
-                                  max_input_characters=max_input_characters,
-                                  max_request_characters=max_request_characters)
+        return export_saved_model(
+            self.task,
+            self.model,
+            directory,
+            self.description,
+            max_input_characters=max_input_characters,
+            max_request_characters=max_request_characters,
+        )

@@ -12,8 +12,7 @@ from bertkit.parallel.multi_process import predict_global_batch
 from bertkit.task import Features
 
 
-def predict_rows(task, model, features: Features, batch_size: int, buckets,
-                 progress=None) -> dict:
+def predict_rows(task, model, features: Features, batch_size: int, buckets, progress=None) -> dict:
     """Model outputs for every row of `features`, in row order.
 
     Returns name -> list of per-row arrays; outputs listed in
@@ -28,14 +27,14 @@ def predict_rows(task, model, features: Features, batch_size: int, buckets,
         if not isinstance(result, dict):
             result = {"logits": result}
         if len(rows) < len(batch["row_index"]):  # drop the filler rows
-            batch = {name: value[:len(rows)] for name, value in batch.items()}
-            result = {name: value[:len(rows)] for name, value in result.items()}
+            batch = {name: value[: len(rows)] for name, value in batch.items()}
+            result = {name: value[: len(rows)] for name, value in result.items()}
         result = task.reduce_outputs(batch, {k: np.asarray(v) for k, v in result.items()})
         for name, values in result.items():
             values = np.asarray(values)
             per_row = outputs.setdefault(name, [None] * len(features))
             for j, row in enumerate(rows):
-                cut = values[j, :lengths[row]] if name in task.sequence_outputs else values[j]
+                cut = values[j, : lengths[row]] if name in task.sequence_outputs else values[j]
                 per_row[row] = cut
         done += len(rows)
         if progress is not None:
@@ -69,10 +68,15 @@ def _predict_batch(model, inputs: dict):
         return predict_global_batch(model, inputs)
     call = _TRACED_CALLS.get(model)
     if call is None:
-        signature = {name: tf.TensorSpec([None] * np.ndim(value), tf.as_dtype(
-            np.asarray(value).dtype), name=name) for name, value in inputs.items()}
-        call = tf.function(lambda batch: model(batch, training=False),
-                           input_signature=[signature], autograph=False)
+        signature = {
+            name: tf.TensorSpec(
+                [None] * np.ndim(value), tf.as_dtype(np.asarray(value).dtype), name=name
+            )
+            for name, value in inputs.items()
+        }
+        call = tf.function(
+            lambda batch: model(batch, training=False), input_signature=[signature], autograph=False
+        )
         _TRACED_CALLS[model] = call
     return tf.nest.map_structure(np.asarray, call(inputs))
 
@@ -80,8 +84,9 @@ def _predict_batch(model, inputs: dict):
 _TRACED_CALLS = weakref.WeakKeyDictionary()  # model -> its inference call, traced once
 
 
-def predict_examples(task, model, examples: list, batch_size: int, buckets,
-                     progress=None) -> list[dict]:
+def predict_examples(
+    task, model, examples: list, batch_size: int, buckets, progress=None
+) -> list[dict]:
     """Featurize, run and decode: user-facing predictions, one per example.
 
     `progress`, if given, is called with the fraction of model rows done.

@@ -32,10 +32,22 @@ from bertkit.testing.tiny import write_tiny_checkpoint
 _SCALARS = (str, int, float, bool)
 
 
-def run_task_contract_test(task, train_file, *, inputs: list, bad_input, serving_inputs=None,
-                           compare=None, task_options: dict | None = None, data: dict | None = None,
-                           training: dict | None = None, sequence_length: int = 32, directory=None,
-                           fit_steps: int = 10, atol: float = 1e-4) -> dict:
+def run_task_contract_test(
+    task,
+    train_file,
+    *,
+    inputs: list,
+    bad_input,
+    serving_inputs=None,
+    compare=None,
+    task_options: dict | None = None,
+    data: dict | None = None,
+    training: dict | None = None,
+    sequence_length: int = 32,
+    directory=None,
+    fit_steps: int = 10,
+    atol: float = 1e-4,
+) -> dict:
     """Checks a task plugin end to end on a tiny random backbone, as the core drives it:
     the seven checks in this module's docstring.
 
@@ -61,17 +73,29 @@ def run_task_contract_test(task, train_file, *, inputs: list, bad_input, serving
     """
     name = _registered_name(task)
     directory = Path(directory or tempfile.mkdtemp(prefix=f"bertkit-contract-{name}-"))
-    recipe = _contract_recipe(name, train_file, directory, sequence_length,
-                              task_options=task_options, data=data, training=training)
-    serving_inputs, compared = _check_before_the_run(recipe, inputs, serving_inputs,
-                                                     sequence_length, fit_steps)  # 1-3
+    recipe = _contract_recipe(
+        name,
+        train_file,
+        directory,
+        sequence_length,
+        task_options=task_options,
+        data=data,
+        training=training,
+    )
+    serving_inputs, compared = _check_before_the_run(
+        recipe, inputs, serving_inputs, sequence_length, fit_steps
+    )  # 1-3
     model = bertkit.finetune(recipe, output_dir=directory / "run", verbose=0)  # 4
     predictions = _check_batched_predictions(model, inputs, atol)  # 5
     served = serve_in_fresh_process(directory / "run" / "saved_model", serving_inputs)  # 6
     (compare or _default_compare(atol))(predictions, served)
     _check_refuses(model, bad_input)  # 7
-    return {"run_dir": directory / "run", "predictions": predictions, "served": served,
-            "preprocessor": compared}
+    return {
+        "run_dir": directory / "run",
+        "predictions": predictions,
+        "served": served,
+        "preprocessor": compared,
+    }
 
 
 # ---------------------------------------------------------------- the recipe
@@ -85,21 +109,33 @@ def _registered_name(task) -> str:
     return name
 
 
-def _contract_recipe(name: str, train_file, directory: Path, sequence_length: int, *,
-                     task_options: dict | None, data: dict | None,
-                     training: dict | None) -> dict:
+def _contract_recipe(
+    name: str,
+    train_file,
+    directory: Path,
+    sequence_length: int,
+    *,
+    task_options: dict | None,
+    data: dict | None,
+    training: dict | None,
+) -> dict:
     """The recipe of the test: a one-layer random checkpoint written under `directory`."""
-    return {"schema": 1, "task": {"name": name, **(task_options or {})},
-            "backbone": {"preset": str(write_tiny_checkpoint(directory / "ckpt", num_layers=1)),
-                         "sequence_length": sequence_length},
-            "data": {"train": str(train_file), **(data or {})},
-            "training": {"epochs": 1, "batch_size": 8, "learning_rate": 3e-3,
-                         **(training or {})}}
+    return {
+        "schema": 1,
+        "task": {"name": name, **(task_options or {})},
+        "backbone": {
+            "preset": str(write_tiny_checkpoint(directory / "ckpt", num_layers=1)),
+            "sequence_length": sequence_length,
+        },
+        "data": {"train": str(train_file), **(data or {})},
+        "training": {"epochs": 1, "batch_size": 8, "learning_rate": 3e-3, **(training or {})},
+    }
 
 
 # ---------------------------------------------------------------- 1-3: before the run
-def _check_before_the_run(recipe: dict, inputs: list, serving_inputs: dict | None,
-                          sequence_length: int, fit_steps: int) -> tuple[dict, list[str]]:
+def _check_before_the_run(
+    recipe: dict, inputs: list, serving_inputs: dict | None, sequence_length: int, fit_steps: int
+) -> tuple[dict, list[str]]:
     """Checks 1-3: read, featurize (both paths of a preprocessor), fit on one repeated
     batch. Returns the serving inputs (defaulted) and the names `check_preprocessor`
     compared."""
@@ -118,8 +154,9 @@ def _contract_task(recipe: dict):
     from bertkit.training.task_data import make_task
 
     loaded = load_recipe(recipe)
-    pretrained = load_pretrained(loaded.backbone.preset,
-                                 sequence_length=loaded.backbone.sequence_length)
+    pretrained = load_pretrained(
+        loaded.backbone.preset, sequence_length=loaded.backbone.sequence_length
+    )
     reader = make_task(loaded)
     examples = reader.read(loaded.data.train)
     assert examples, "read returned no examples"
@@ -142,19 +179,24 @@ def _check_fit_lowers_the_loss(task, backbone, features, steps: int) -> None:
     from bertkit.padding import pad_batch
 
     batch = pad_batch(features, np.arange(min(8, len(features))), (features.lengths().max(),))
-    inputs, targets, weights = task.make_batch(batch, training=True,
-                                               rng=np.random.default_rng(0))
+    inputs, targets, weights = task.make_batch(batch, training=True, rng=np.random.default_rng(0))
     model = task.build_model(backbone)
     model.compile(optimizer=keras.optimizers.Adam(3e-3), loss=task.loss())
     size = len(batch["token_ids"])
 
     def loss() -> float:  # without dropout, so that the comparison is not noise
-        return model.evaluate(inputs, targets, sample_weight=weights, batch_size=size,
-                              verbose=0)
+        return model.evaluate(inputs, targets, sample_weight=weights, batch_size=size, verbose=0)
 
     before = loss()
-    model.fit(inputs, targets, sample_weight=weights, epochs=steps, batch_size=size,
-              shuffle=False, verbose=0)
+    model.fit(
+        inputs,
+        targets,
+        sample_weight=weights,
+        epochs=steps,
+        batch_size=size,
+        shuffle=False,
+        verbose=0,
+    )
     after = loss()
     assert after < before, f"the loss did not go down on one repeated batch: {before} -> {after}"
 
@@ -170,10 +212,13 @@ def _check_batched_predictions(model, inputs: list, atol: float) -> list:
 
 def _default_compare(atol: float):
     """Check 6 by default: every SavedModel output named like a plain prediction value."""
+
     def compare(predictions: list[dict], served: dict) -> None:
         shared = [key for key in served if isinstance(predictions[0].get(key), _SCALARS)]
-        assert shared, (f"no SavedModel output ({', '.join(served)}) is named like a "
-                        f"plain prediction value ({', '.join(predictions[0])}); pass compare=")
+        assert shared, (
+            f"no SavedModel output ({', '.join(served)}) is named like a "
+            f"plain prediction value ({', '.join(predictions[0])}); pass compare="
+        )
         for key in shared:
             _assert_close([p[key] for p in predictions], served[key], atol, f"output '{key}'")
 

@@ -67,13 +67,15 @@ def check_preprocessor(task, inputs: list, serving_inputs: dict | None = None) -
     if serving_inputs is None:
         serving_inputs = default_serving_inputs(task, inputs)
     features = preprocessor.featurize([task.parse_input(value) for value in inputs])
-    served = preprocessor.serve({name: tf.constant(values, tf.string)
-                                 for name, values in serving_inputs.items()})
+    served = preprocessor.serve(
+        {name: tf.constant(values, tf.string) for name, values in serving_inputs.items()}
+    )
     python = {**features.columns, **features.extras, "example_index": features.example_index}
     compared = _names_to_compare(python, served)
     for name in compared:
-        _assert_same_rows(name, _plain(python[name]), _plain(served[name]),
-                          features.example_index, inputs)
+        _assert_same_rows(
+            name, _plain(python[name]), _plain(served[name]), features.example_index, inputs
+        )
     return compared
 
 
@@ -101,11 +103,14 @@ def _assert_same_rows(name: str, python, graph, example_index, inputs: list) -> 
         i = next((i for i, (a, b) in pairs if a != b), min(len(python), len(graph)))
         per_row = len(python) == len(example_index) and i < len(python)  # else per input
         source = example_index[i] if per_row else i
-        where = (f" at item {i} (of {len(python)} from featurize, {len(graph)} from serve)"
-                 + (f", from input {inputs[source]!r:.80}" if source < len(inputs) else ""))
-        python, graph = python[i:i + 1], graph[i:i + 1]
-    raise AssertionError(f"the preprocessor's Python and TensorFlow paths disagree on '{name}'"
-                         f"{where}: featurize gives {python!r:.300}, serve {graph!r:.300}")
+        where = f" at item {i} (of {len(python)} from featurize, {len(graph)} from serve)" + (
+            f", from input {inputs[source]!r:.80}" if source < len(inputs) else ""
+        )
+        python, graph = python[i : i + 1], graph[i : i + 1]
+    raise AssertionError(
+        f"the preprocessor's Python and TensorFlow paths disagree on '{name}'"
+        f"{where}: featurize gives {python!r:.300}, serve {graph!r:.300}"
+    )
 
 
 def _plain(value):

@@ -46,8 +46,9 @@ def serve_in_fresh_process(saved_model_dir, inputs: dict) -> dict:
     Raises AssertionError if keras-hub or bertkit got imported there. (Keras itself
     is always imported: `tensorflow_text` builds Keras layers at import time.)
     """
-    result = _run_fresh_python(_FRESH_PROCESS_SCRIPT, str(saved_model_dir),
-                               stdin=json.dumps(inputs))
+    result = _run_fresh_python(
+        _FRESH_PROCESS_SCRIPT, str(saved_model_dir), stdin=json.dumps(inputs)
+    )
     if result.returncode != 0:
         raise AssertionError(f"serving failed:\n{result.stderr[-3000:]}")
     reply = json.loads(result.stdout.strip().splitlines()[-1])
@@ -59,8 +60,9 @@ def serve_bad_requests(saved_model_dir, names: list[str], example: str = "[MASK]
     """Calls a SavedModel in a fresh process with a scalar, a 2-D input and an empty batch
     (`example` in each of the inputs `names`), and one good row; returns for each case the
     outputs' {name: [dtype, shape]}, or the InvalidArgumentError's message."""
-    result = _run_fresh_python(_BAD_REQUESTS_SCRIPT, str(saved_model_dir), json.dumps(names),
-                               json.dumps(example))
+    result = _run_fresh_python(
+        _BAD_REQUESTS_SCRIPT, str(saved_model_dir), json.dumps(names), json.dumps(example)
+    )
     if result.returncode != 0:
         raise AssertionError(f"serving crashed ({result.returncode}):\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -86,5 +88,6 @@ def _run_fresh_python(script: str, *args: str, stdin: str | None = None):
     import sys
 
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    return subprocess.run([sys.executable, "-c", script, *args], input=stdin,
-                          capture_output=True, text=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-c", script, *args], input=stdin, capture_output=True, text=True, env=env
+    )

@@ -37,14 +37,19 @@ class SetEpoch(keras.callbacks.Callback):
         for generator in seed_generators(self.model):
             seed = keras.ops.convert_to_numpy(generator.state.value)[0]
             generator.state.assign(
-                keras.ops.convert_to_tensor([seed, epoch * self._COUNTER_STRIDE],
-                                            dtype=generator.state.dtype))
+                keras.ops.convert_to_tensor(
+                    [seed, epoch * self._COUNTER_STRIDE], dtype=generator.state.dtype
+                )
+            )
 
 
 def seed_generators(model) -> list:
     """The `keras.random.SeedGenerator`s of `model`'s layers (dropout's), in layer order."""
-    return [generator for layer in model._flatten_layers()  # no public seed-state API
-            for generator in getattr(layer, "_seed_generators", ())]
+    return [
+        generator
+        for layer in model._flatten_layers()  # no public seed-state API
+        for generator in getattr(layer, "_seed_generators", ())
+    ]
 
 
 class Evaluate(keras.callbacks.Callback):
@@ -96,11 +101,15 @@ class StopOnNonFiniteLoss(keras.callbacks.Callback):
         loss = (logs or {}).get("loss")
         if loss is None or math.isfinite(float(loss)):
             return
-        kept = (f"the checkpoint of epoch {self.epoch} is kept" if self.epoch
-                else "no epoch finished")
-        raise UserError(f"training diverged: the loss is {float(loss)} at epoch "
-                        f"{self.epoch + 1}, step {batch + 1} ({kept}); lower the learning "
-                        f"rate (now {self.learning_rate:g})", key="training.learning_rate")
+        kept = (
+            f"the checkpoint of epoch {self.epoch} is kept" if self.epoch else "no epoch finished"
+        )
+        raise UserError(
+            f"training diverged: the loss is {float(loss)} at epoch "
+            f"{self.epoch + 1}, step {batch + 1} ({kept}); lower the learning "
+            f"rate (now {self.learning_rate:g})",
+            key="training.learning_rate",
+        )
 
 
 class TrackRun(keras.callbacks.Callback):
@@ -116,8 +125,17 @@ class TrackRun(keras.callbacks.Callback):
     shares the task model's weights).
     """
 
-    def __init__(self, run, monitor: str, mode: str, patience: int | None, history: list,
-                 on_best=None, writes: bool = True, weights_of=None):
+    def __init__(
+        self,
+        run,
+        monitor: str,
+        mode: str,
+        patience: int | None,
+        history: list,
+        on_best=None,
+        writes: bool = True,
+        weights_of=None,
+    ):
         super().__init__()
         self.weights_of = weights_of
         self.run, self.monitor, self.mode, self.patience = run, monitor, mode, patience
@@ -137,15 +155,23 @@ class TrackRun(keras.callbacks.Callback):
         self._epoch_start = time.time()
 
     def on_epoch_end(self, epoch, logs=None):
-        record = {"epoch": epoch + 1, **{k: float(v) for k, v in (logs or {}).items()
-                                        if isinstance(v, (int, float)) and math.isfinite(v)}}
+        record = {
+            "epoch": epoch + 1,
+            **{
+                k: float(v)
+                for k, v in (logs or {}).items()
+                if isinstance(v, (int, float)) and math.isfinite(v)
+            },
+        }
         record["train_seconds"] = round(
-            time.time() - self._epoch_start - record.get("eval_seconds", 0.0), 2)
+            time.time() - self._epoch_start - record.get("eval_seconds", 0.0), 2
+        )
         self.history.append(record)
         if self.best() is record:
             if self.writes:
-                save_weights_atomically(self.weights_of or self.model, self.run.weights_file,
-                                        with_optimizer=False)
+                save_weights_atomically(
+                    self.weights_of or self.model, self.run.weights_file, with_optimizer=False
+                )
                 self.run.set_status("running", best_epoch=record["epoch"])
             if self.on_best is not None:
                 self.on_best(record["epoch"])

@@ -56,9 +56,17 @@ class RunCheckpoint(keras.callbacks.Callback):
     ends on threads on JAX), where the model holds the state after the steps before it.
     """
 
-    def __init__(self, folder, *, writes: bool = True, every_steps: int | None = None,
-                 every_minutes: float | None = None, keeps: dict | None = None,
-                 sigterm=None, clock=time.monotonic):
+    def __init__(
+        self,
+        folder,
+        *,
+        writes: bool = True,
+        every_steps: int | None = None,
+        every_minutes: float | None = None,
+        keeps: dict | None = None,
+        sigterm=None,
+        clock=time.monotonic,
+    ):
         super().__init__()
         self.folder, self.writes, self.keeps = Path(folder), writes, dict(keeps or {})
         self.every_steps = every_steps
@@ -76,8 +84,13 @@ class RunCheckpoint(keras.callbacks.Callback):
     def of_run(cls, run, training, *, writes: bool = True, sigterm=None) -> RunCheckpoint:
         """The checkpoint of `run` (a `RunDirectory`), saved as `training` (the recipe's
         `TrainingConfig`) asks."""
-        return cls(run.checkpoint_dir, writes=writes, every_steps=training.checkpoint_every_steps,
-                   every_minutes=training.checkpoint_every_minutes, sigterm=sigterm)
+        return cls(
+            run.checkpoint_dir,
+            writes=writes,
+            every_steps=training.checkpoint_every_steps,
+            every_minutes=training.checkpoint_every_minutes,
+            sigterm=sigterm,
+        )
 
     def on_train_begin(self, logs=None):
         self._saved_time = self.clock()
@@ -112,7 +125,8 @@ class RunCheckpoint(keras.callbacks.Callback):
         if self.every_steps and (self.epoch * self.params["steps"] + step) % self.every_steps == 0:
             return True
         return self.every_seconds is not None and (
-            self.clock() - self._saved_time >= self.every_seconds)
+            self.clock() - self._saved_time >= self.every_seconds
+        )
 
     def _save(self, epoch: int, step: int) -> None:
         """Weights and optimizer to a new file, then the commit; older files go after it."""
@@ -128,8 +142,9 @@ class RunCheckpoint(keras.callbacks.Callback):
         if step:  # the epoch's running state: after an epoch's end Keras resets the metrics
             record["metrics"] = _values(model.metrics_variables)
             record["seeds"] = _values(g.state for g in seed_generators(model))
-            record["callbacks"] = {key: callback.checkpoint_state()
-                                   for key, callback in self.keeps.items()}
+            record["callbacks"] = {
+                key: callback.checkpoint_state() for key, callback in self.keeps.items()
+            }
         write_json(self.folder / METADATA, record)  # the commit
         for older in self.folder.glob("*.weights.h5"):
             if older.name != name:
@@ -164,8 +179,14 @@ class OneTraining(keras.callbacks.CallbackList):
     """
 
     def __init__(self, callbacks, *, first_step: int, model, verbose: int, **params):
-        super().__init__(callbacks, add_history=True, add_progbar=verbose != 0, model=model,
-                         verbose=verbose, **params)
+        super().__init__(
+            callbacks,
+            add_history=True,
+            add_progbar=verbose != 0,
+            model=model,
+            verbose=verbose,
+            **params,
+        )
         self.first_step, self._began, self._end_logs = first_step, False, None
 
     def on_train_begin(self, logs=None):
@@ -191,24 +212,41 @@ class OneTraining(keras.callbacks.CallbackList):
             self._flush_futures()
 
 
-def fit_from(trained, batches, callbacks: list, checkpoint: RunCheckpoint, *, epochs: int,
-             verbose: int) -> None:
+def fit_from(
+    trained, batches, callbacks: list, checkpoint: RunCheckpoint, *, epochs: int, verbose: int
+) -> None:
     """Keras `fit` of `trained` on `batches` (a `TrainingBatches`) with `callbacks` (among
     them `checkpoint`), from `checkpoint.position` to the end of epoch `epochs`."""
     epoch, step = checkpoint.position
-    listed = OneTraining(callbacks, first_step=step, model=trained, verbose=verbose,
-                         epochs=epochs, steps=len(batches))
+    listed = OneTraining(
+        callbacks,
+        first_step=step,
+        model=trained,
+        verbose=verbose,
+        epochs=epochs,
+        steps=len(batches),
+    )
     checkpoint.wait_for_step_callbacks = listed.wait_for_step_callbacks
     if step:  # the rest of the interrupted epoch
         # On TensorFlow Keras makes the compiled metrics' variables as it traces the first
         # step: made now, they take the checkpoint's running sums before that step.
         trained._symbolic_build(data_batch=batches.batch(step, epoch))
-        trained.fit(batches.as_dataset(first_step=step), initial_epoch=epoch,
-                    epochs=epoch + 1, callbacks=listed, shuffle=False)
+        trained.fit(
+            batches.as_dataset(first_step=step),
+            initial_epoch=epoch,
+            epochs=epoch + 1,
+            callbacks=listed,
+            shuffle=False,
+        )
         epoch, listed.first_step = epoch + 1, 0
         if trained.stop_training:
             epoch = epochs
     if epoch < epochs:
-        trained.fit(batches.as_dataset(), initial_epoch=epoch, epochs=epochs,
-                    callbacks=listed, shuffle=False)  # shuffled per epoch by the batches
+        trained.fit(
+            batches.as_dataset(),
+            initial_epoch=epoch,
+            epochs=epochs,
+            callbacks=listed,
+            shuffle=False,
+        )  # shuffled per epoch by the batches
     listed.end()

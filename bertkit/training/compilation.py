@@ -103,5 +103,8 @@ class CompileCounter:
 
     def record(self) -> dict:
         """`{"programs", "from_cache", "seconds"}`, as `run.json` keeps it."""
-        return {"programs": self.programs, "from_cache": self.from_cache,
-                "seconds": round(self.seconds, 3)}
+        return {
+            "programs": self.programs,
+            "from_cache": self.from_cache,
+            "seconds": round(self.seconds, 3),
+        }

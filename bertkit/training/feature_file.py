@@ -56,8 +56,7 @@ def _examples_to_json(examples: list, example_type: type | None) -> dict | None:
         return {"type": None, "items": []}
     if example_type is None or not all(type(e) is example_type for e in examples):
         return None
-    return {"type": _type_name(example_type),
-            "items": [dataclasses.asdict(e) for e in examples]}
+    return {"type": _type_name(example_type), "items": [dataclasses.asdict(e) for e in examples]}
 
 
 def _examples_from_json(value, example_type: type | None, path) -> list | None:
@@ -72,14 +71,20 @@ def _examples_from_json(value, example_type: type | None, path) -> list | None:
         return []
     if example_type is None or value["type"] != _type_name(example_type):
         expected = _type_name(example_type) if example_type else "none"
-        raise UserError(f"validation examples of type {str(value['type'])[:80]!r}; the "
-                        f"recipe's task reads {expected}", source=path)
+        raise UserError(
+            f"validation examples of type {str(value['type'])[:80]!r}; the "
+            f"recipe's task reads {expected}",
+            source=path,
+        )
     fields = {field.name for field in dataclasses.fields(example_type)}
     examples = []
     for number, item in enumerate(value["items"], 1):
         if not isinstance(item, dict) or set(item) - fields:
-            raise UserError(f"validation example {number} is not a {example_type.__name__} "
-                            f"(fields: {', '.join(sorted(fields))})", source=path)
+            raise UserError(
+                f"validation example {number} is not a {example_type.__name__} "
+                f"(fields: {', '.join(sorted(fields))})",
+                source=path,
+            )
         try:
             examples.append(example_type(**{k: _frozen(v) for k, v in item.items()}))
         except TypeError as error:  # a required field missing
@@ -92,16 +97,26 @@ def _frozen(value):
     return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
 
 
-def keeps_validation(validation: Features | None, examples: list | None,
-                     example_type: type | None) -> bool:
+def keeps_validation(
+    validation: Features | None, examples: list | None, example_type: type | None
+) -> bool:
     """Whether a features file can hold this validation split (see `write_feature_file`)."""
-    return (validation is not None and not validation.extras
-            and _examples_to_json(examples or [], example_type) is not None)
+    return (
+        validation is not None
+        and not validation.extras
+        and _examples_to_json(examples or [], example_type) is not None
+    )
 
 
-def write_feature_file(path, *, description: dict, train: Features,
-                       validation: Features | None, validation_examples: list | None,
-                       example_type: type | None = None) -> Path:
+def write_feature_file(
+    path,
+    *,
+    description: dict,
+    train: Features,
+    validation: Features | None,
+    validation_examples: list | None,
+    example_type: type | None = None,
+) -> Path:
     """Saves featurized splits and what is needed to evaluate the validation split.
 
     Validation rows whose decoding needs extras (character offsets, windows: tagging,
@@ -110,12 +125,14 @@ def write_feature_file(path, *, description: dict, train: Features,
     RUN_DIR`).
     """
     arrays: dict = {}
-    header = {"format": FORMAT_VERSION, "description": description,
-              "train": _pack_features("train", train, arrays)}
+    header = {
+        "format": FORMAT_VERSION,
+        "description": description,
+        "train": _pack_features("train", train, arrays),
+    }
     if keeps_validation(validation, validation_examples, example_type):
         header["validation"] = _pack_features("validation", validation, arrays)
-        header["validation_examples"] = _examples_to_json(validation_examples or [],
-                                                          example_type)
+        header["validation_examples"] = _examples_to_json(validation_examples or [], example_type)
     arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -147,8 +164,9 @@ def read_feature_file(path, example_type: type | None = None) -> FeatureFile:
         raise UserError(f"not a bertkit features file ({error})", source=path) from None
     if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
         found = header.get("format") if isinstance(header, dict) else None
-        raise UserError(f"features file format {found} is not {FORMAT_VERSION}; featurize "
-                        "again", source=path)
+        raise UserError(
+            f"features file format {found} is not {FORMAT_VERSION}; featurize again", source=path
+        )
     try:
         validation = None
         if "validation" in header:
@@ -156,8 +174,9 @@ def read_feature_file(path, example_type: type | None = None) -> FeatureFile:
         train = _unpack_features("train", header["train"], data)
         description = dict(header["description"])
     except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise UserError(f"damaged features file ({type(error).__name__}: {error})"[:200],
-                        source=path) from None
+        raise UserError(
+            f"damaged features file ({type(error).__name__}: {error})"[:200], source=path
+        ) from None
     examples = None
     if example_type is not None and "validation_examples" in header:
         examples = _examples_from_json(header["validation_examples"], example_type, path)

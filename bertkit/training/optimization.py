@@ -34,8 +34,13 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         [0.0, 0.0, 0.5, 1.0]
     """
 
-    def __init__(self, peak_learning_rate: float, warmup_steps: int, total_steps: int,
-                 steps_per_update: int = 1):
+    def __init__(
+        self,
+        peak_learning_rate: float,
+        warmup_steps: int,
+        total_steps: int,
+        steps_per_update: int = 1,
+    ):
         self.peak_learning_rate = peak_learning_rate
         self.warmup_steps = warmup_steps
         self.total_steps = total_steps
@@ -63,9 +68,12 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
         return self.peak_learning_rate * min(max(fraction, 0.0), 1.0)
 
     def get_config(self):
-        return {"peak_learning_rate": self.peak_learning_rate,
-                "warmup_steps": self.warmup_steps, "total_steps": self.total_steps,
-                "steps_per_update": self.steps_per_update}
+        return {
+            "peak_learning_rate": self.peak_learning_rate,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+            "steps_per_update": self.steps_per_update,
+        }
 
 
 @keras.saving.register_keras_serializable(package="bertkit")
@@ -112,8 +120,10 @@ class BertAdamW(keras.optimizers.AdamW):
             self.assign(v_hat, ops.maximum(v_hat, v))
             v = v_hat
         denominator = ops.add(ops.sqrt(ops.divide(v, second_correction)), self.epsilon)
-        self.assign_sub(variable, ops.divide(
-            ops.multiply(m, ops.divide(learning_rate, first_correction)), denominator))
+        self.assign_sub(
+            variable,
+            ops.divide(ops.multiply(m, ops.divide(learning_rate, first_correction)), denominator),
+        )
 
     def _fused_on_tensorflow(self) -> bool:
         """Whether updates run as TensorFlow's fused Adam kernel (see `_fused_tensorflow_step`)."""
@@ -143,8 +153,12 @@ class BertAdamW(keras.optimizers.AdamW):
         norm = tf.sqrt(tf.add_n([tf.reduce_sum(tf.square(part)) for part in parts]))
         scale = self.global_clipnorm * tf.minimum(1.0 / norm, 1.0 / self.global_clipnorm)
         scale += norm - norm  # as Keras: NaN for a non-finite norm
-        return [tf.IndexedSlices(g.values * scale, g.indices, g.dense_shape)
-                if isinstance(g, tf.IndexedSlices) else g * scale for g in grads]
+        return [
+            tf.IndexedSlices(g.values * scale, g.indices, g.dense_shape)
+            if isinstance(g, tf.IndexedSlices)
+            else g * scale
+            for g in grads
+        ]
 
     def _fused_tensorflow_step(self, gradient, variable, learning_rate):
         """The update above as one `ResourceApplyAdam` kernel per weight, decay first.
@@ -170,11 +184,17 @@ class BertAdamW(keras.optimizers.AdamW):
         beta_1_power, beta_2_power = tf.pow(beta_1, step), tf.pow(beta_2, step)
         index = self._get_variable_index(variable)
         tf.raw_ops.ResourceApplyAdam(
-            var=variable.handle, m=self._momentums[index].value.handle,
-            v=self._velocities[index].value.handle, beta1_power=beta_1_power,
-            beta2_power=beta_2_power, lr=learning_rate, beta1=beta_1, beta2=beta_2,
+            var=variable.handle,
+            m=self._momentums[index].value.handle,
+            v=self._velocities[index].value.handle,
+            beta1_power=beta_1_power,
+            beta2_power=beta_2_power,
+            lr=learning_rate,
+            beta1=beta_1,
+            beta2=beta_2,
             epsilon=tf.cast(self.epsilon, dtype) * tf.sqrt(1 - beta_2_power),
-            grad=tf.cast(tf.convert_to_tensor(gradient), dtype))
+            grad=tf.cast(tf.convert_to_tensor(gradient), dtype),
+        )
 
 
 def _summed_rows(gradient):
@@ -196,11 +216,18 @@ def make_optimizer(training, steps_per_epoch: int) -> keras.optimizers.Optimizer
     """
     accumulation = training.gradient_accumulation_steps * training.micro_batches
     total_updates = max(1, training.epochs * steps_per_epoch // accumulation)
-    schedule = WarmupLinearDecay(training.learning_rate, int(training.warmup_ratio * total_updates),
-                                 total_updates, steps_per_update=accumulation)
+    schedule = WarmupLinearDecay(
+        training.learning_rate,
+        int(training.warmup_ratio * total_updates),
+        total_updates,
+        steps_per_update=accumulation,
+    )
     optimizer = BertAdamW(
-        learning_rate=schedule, weight_decay=training.weight_decay, epsilon=training.adam_epsilon,
+        learning_rate=schedule,
+        weight_decay=training.weight_decay,
+        epsilon=training.adam_epsilon,
         global_clipnorm=training.max_grad_norm,
-        gradient_accumulation_steps=accumulation if accumulation > 1 else None)
+        gradient_accumulation_steps=accumulation if accumulation > 1 else None,
+    )
     optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
     return optimizer

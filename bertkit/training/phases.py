@@ -39,9 +39,12 @@ class Phases:
 
     def record(self) -> dict[str, float]:
         """Seconds per phase, rounded, and `total`: the whole `finetune` call so far."""
-        return {**{name: round(value, 3) for name, value in self.seconds.items()},
-                "total": round(time.perf_counter() - self.started, 3)}
+        return {
+            **{name: round(value, 3) for name, value in self.seconds.items()},
+            "total": round(time.perf_counter() - self.started, 3),
+        }
 
     def line(self) -> str:
-        return "phases (s): " + ", ".join(f"{name} {value:.1f}"
-                                          for name, value in self.record().items())
+        return "phases (s): " + ", ".join(
+            f"{name} {value:.1f}" for name, value in self.record().items()
+        )

@@ -41,8 +41,13 @@ def compile_programs(built, epochs: range, phases) -> dict | None:
     from bertkit.parallel.distribution import devices_sharing_a_batch
     from bertkit.parallel.multi_process import process_count
 
-    if (keras.backend.backend() != "jax" or not built.trained.jit_compile or not epochs
-            or devices_sharing_a_batch() > 1 or process_count() > 1):
+    if (
+        keras.backend.backend() != "jax"
+        or not built.trained.jit_compile
+        or not epochs
+        or devices_sharing_a_batch() > 1
+        or process_count() > 1
+    ):
         return None
     import jax
 
@@ -78,8 +83,10 @@ def precompile(built, epochs: range, threads: int | None = None) -> dict:
     trained._symbolic_build(data_batch=samples[0])  # the metric variables `fit` reads
     lowered = [_lower_train_step(jax, trained, batch) for batch in samples]
     if built.validation is not None:
-        lowered += [_lower_predict_step(jax, built.model, inputs)
-                    for inputs in built.validation.distinct_inputs()]
+        lowered += [
+            _lower_predict_step(jax, built.model, inputs)
+            for inputs in built.validation.distinct_inputs()
+        ]
     threads = threads or min(len(lowered), os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(max(threads, 1)) as pool:
         list(pool.map(lambda program: program.compile(), lowered))
@@ -88,8 +95,12 @@ def precompile(built, epochs: range, threads: int | None = None) -> dict:
 
 def _lower_train_step(jax, model, batch):
     """Keras' training step lowered as `make_train_function` jits it (no distribution)."""
-    state = (_values(model.trainable_variables), _values(model.non_trainable_variables),
-             _values(model.optimizer.variables), _values(model.metrics_variables))
+    state = (
+        _values(model.trainable_variables),
+        _values(model.non_trainable_variables),
+        _values(model.optimizer.variables),
+        _values(model.metrics_variables),
+    )
     return jax.jit(model.train_step, donate_argnums=0).lower(state, _arrays(batch))
 
 

@@ -45,8 +45,9 @@ class Preempted(SystemExit):
         ('stopped by SIGTERM after epoch 2', 'stopped by SIGTERM after training')
     """
 
-    def __init__(self, epoch: int | None = None, step: int | None = None, *,
-                 where: str | None = None):
+    def __init__(
+        self, epoch: int | None = None, step: int | None = None, *, where: str | None = None
+    ):
         super().__init__(EXIT_PREEMPTED)
         self.epoch, self.step = epoch, step
         if where is None:

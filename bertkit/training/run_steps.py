@@ -46,8 +46,7 @@ from bertkit.training.task_data import TaskData
 
 
 # ---- prepare: `TaskData` (bertkit.training.task_data)
-def prepare(recipe: Recipe, *, features=None, state: dict | None = None,
-            phases=None) -> TaskData:
+def prepare(recipe: Recipe, *, features=None, state: dict | None = None, phases=None) -> TaskData:
     """Step 1: the task, backbone and featurized data, from the data files or `features`."""
     if features:
         from bertkit.training.phases import Phases
@@ -86,21 +85,30 @@ def build(recipe: Recipe, data: TaskData, *, phases=None) -> BuiltRun:
         batches = plan.training_batches(task, data.train_features)
         model = task.build_model(data.pretrained.backbone)
         task.initialize_head(model, data.pretrained.checkpoint_tensors())
-        data.description = enable_lora(model, data.pretrained.backbone, training.lora,
-                                       data.description)  # before `plan` shares its layers
+        data.description = enable_lora(
+            model, data.pretrained.backbone, training.lora, data.description
+        )  # before `plan` shares its layers
         trained = plan.model_to_fit(model, data.pretrained.backbone)
-        trained.compile(optimizer=make_optimizer(training, len(batches)), loss=task.loss(),
-                        weighted_metrics=task.metrics(),  # plain `metrics` get no weights
-                        jit_compile=jit_compile)
+        trained.compile(
+            optimizer=make_optimizer(training, len(batches)),
+            loss=task.loss(),
+            weighted_metrics=task.metrics(),  # plain `metrics` get no weights
+            jit_compile=jit_compile,
+        )
         # Without a tf.distribute strategy Keras builds the optimizer inside the first
         # traced step; the slot variables it creates there make TensorFlow trace the
         # whole training step a second time. Built here, the step is traced once.
         trained.optimizer.build(trained.trainable_variables)
     validation = None
     if data.validation:
-        validation = ValidationSplit(task, data.validation, data.validation_features,
-                                     training.eval_batch_size or 2 * training.batch_size,
-                                     plan.pad_lengths, phases)
+        validation = ValidationSplit(
+            task,
+            data.validation,
+            data.validation_features,
+            training.eval_batch_size or 2 * training.batch_size,
+            plan.pad_lengths,
+            phases,
+        )
     return BuiltRun(data, plan, batches, model, trained, validation)
 
 
@@ -113,8 +121,11 @@ def batch_plan(recipe: Recipe, buckets=None):
 
     compiles = bool(jit_compile_setting(recipe.training.jit_compile))
     return BatchPlan.from_recipe(
-        recipe, compiles_each_shape=compiles or keras.backend.backend() == "jax",
-        row_multiple=devices_sharing_a_batch(), buckets=buckets)
+        recipe,
+        compiles_each_shape=compiles or keras.backend.backend() == "jax",
+        row_multiple=devices_sharing_a_batch(),
+        buckets=buckets,
+    )
 
 
 def device_scope(recipe: Recipe):
@@ -129,8 +140,9 @@ def device_scope(recipe: Recipe):
 
     devices = data_parallel_devices(recipe.training, recipe.source)
     if devices:
-        BatchPlan.check_devices(recipe.training, len(devices), keras.backend.backend(),
-                                recipe.source)
+        BatchPlan.check_devices(
+            recipe.training, len(devices), keras.backend.backend(), recipe.source
+        )
     return data_parallel_scope(devices)
 
 
@@ -160,8 +172,9 @@ class FitSettings:
     sigterm: SigtermWatch = dataclasses.field(default_factory=SigtermWatch)  # see `finetune`
 
 
-def fit(built: BuiltRun, recipe: Recipe, settings: FitSettings,
-        phases) -> tuple[list[dict], int | None]:
+def fit(
+    built: BuiltRun, recipe: Recipe, settings: FitSettings, phases
+) -> tuple[list[dict], int | None]:
     """Step 3: Keras `fit` of `built.trained` with the run's callbacks, from the run's
     checkpoint (`bertkit.training.checkpointing`); the history and the best epoch.
     Evaluation and the best weights use `built.model`."""
@@ -181,8 +194,14 @@ def fit(built: BuiltRun, recipe: Recipe, settings: FitSettings,
         print(f"resuming {run.path} {where}", file=sys.stderr)
     built.precompiled = compile_programs(built, range(epoch, training.epochs), phases)
     with settings.sigterm.training():
-        fit_from(built.trained, built.batches, callbacks, checkpoint, epochs=training.epochs,
-                 verbose=settings.verbose if settings.writes else 0)
+        fit_from(
+            built.trained,
+            built.batches,
+            callbacks,
+            checkpoint,
+            epochs=training.epochs,
+            verbose=settings.verbose if settings.writes else 0,
+        )
     if settings.writes:
         run.set_status(RUNNING, trained=True)  # then the checkpoint is not needed
         shutil.rmtree(run.checkpoint_dir, ignore_errors=True)
@@ -192,8 +211,9 @@ def fit(built: BuiltRun, recipe: Recipe, settings: FitSettings,
     return tracker.history, best and best["epoch"]
 
 
-def fit_callbacks(built: BuiltRun, recipe: Recipe, settings: FitSettings,
-                  phases) -> tuple[list, object, object]:
+def fit_callbacks(
+    built: BuiltRun, recipe: Recipe, settings: FitSettings, phases
+) -> tuple[list, object, object]:
     """The callbacks of a run's `fit`, in order, its `TrackRun` (best epoch) and its
     `RunCheckpoint` (where a resumed run starts)."""
     from bertkit.serving.export import tensorflow_available
@@ -210,23 +230,38 @@ def fit_callbacks(built: BuiltRun, recipe: Recipe, settings: FitSettings,
     task, validation, steps = built.data.task, built.validation, len(built.batches)
     monitor, mode = (f"val_{task.monitor}", task.mode) if validation else ("loss", "min")
     checkpoint = RunCheckpoint.of_run(run, training, writes=writes, sigterm=settings.sigterm)
-    callbacks = [SetEpoch(built.batches), StopOnNonFiniteLoss(training.learning_rate),
-                 TimeSteps(phases)]
+    callbacks = [
+        SetEpoch(built.batches),
+        StopOnNonFiniteLoss(training.learning_rate),
+        TimeSteps(phases),
+    ]
     record_steps = RecordSteps(run.path / "steps.json", steps, log_every(steps))
     if writes:
         callbacks.append(record_steps)
         checkpoint.keeps["steps"] = record_steps
         if settings.verbose == 2:  # not a terminal: Keras prints one line per epoch, at its end
-            callbacks.append(TrainingProgress(steps, training.epochs,
-                                              training.batch_size / training.micro_batches))
+            callbacks.append(
+                TrainingProgress(
+                    steps, training.epochs, training.batch_size / training.micro_batches
+                )
+            )
             checkpoint.keeps["progress"] = callbacks[-1]
     if validation:
-        callbacks.append(Evaluate(lambda _: validation.evaluate(built.model),
-                                  "evaluating on the validation split"))
-    tracker = TrackRun(run, monitor, mode, training.early_stopping_patience,
-                       _finished_epochs(run, checkpoint.position[0]),
-                       on_best=validation and validation.keep_latest, writes=writes,
-                       weights_of=built.model)
+        callbacks.append(
+            Evaluate(
+                lambda _: validation.evaluate(built.model), "evaluating on the validation split"
+            )
+        )
+    tracker = TrackRun(
+        run,
+        monitor,
+        mode,
+        training.early_stopping_patience,
+        _finished_epochs(run, checkpoint.position[0]),
+        on_best=validation and validation.keep_latest,
+        writes=writes,
+        weights_of=built.model,
+    )
     callbacks += [tracker, checkpoint]  # restores the epoch's state after the others' resets
     callbacks += settings.callbacks  # after Evaluate and TrackRun: the epoch is recorded
     if writes and tensorflow_available():  # Keras logs TensorBoard with tf.summary, any backend
@@ -247,9 +282,18 @@ def log_every(steps_per_epoch: int) -> int:
 
 
 # ---- finish
-def finish(built: BuiltRun, recipe: Recipe, settings: FitSettings, phases, *,
-           history: list, best_epoch: int | None, started: float, from_features: bool,
-           compiled=None):
+def finish(
+    built: BuiltRun,
+    recipe: Recipe,
+    settings: FitSettings,
+    phases,
+    *,
+    history: list,
+    best_epoch: int | None,
+    started: float,
+    from_features: bool,
+    compiled=None,
+):
     """Step 4: the best weights, calibrated on validation; test metrics; then (in the
     writing process) metrics, report, the task's artifacts and the SavedModel.
     `compiled` (a `CompileCounter`) goes to `run.json`. Returns the `FineTunedModel`."""
@@ -263,16 +307,17 @@ def finish(built: BuiltRun, recipe: Recipe, settings: FitSettings, phases, *,
         final = {}
         if validation:
             final["validation"], description, predictions = calibrate(
-                validation, model, description, best_epoch, run if settings.writes else None)
+                validation, model, description, best_epoch, run if settings.writes else None
+            )
         finetuned = FineTunedModel(run, built.data.task, model, description)
         if recipe.data.test and not from_features:
             final["test"] = finetuned.evaluate(
-                recipe.data.test, recipe.training.eval_batch_size or 2 * recipe.training.batch_size)
+                recipe.data.test, recipe.training.eval_batch_size or 2 * recipe.training.batch_size
+            )
     if not settings.writes:
         return finetuned
     with phases("report"):
-        write_results(run, recipe, built.data, history, final, time.time() - started,
-                      predictions)
+        write_results(run, recipe, built.data, history, final, time.time() - started, predictions)
         backbone = finish_lora(model, built.data.pretrained.backbone, run.model_dir)
         built.data.task.write_artifacts(backbone, run.path)
     with phases("export"):
@@ -280,17 +325,24 @@ def finish(built: BuiltRun, recipe: Recipe, settings: FitSettings, phases, *,
     compilation = compiled.record() if compiled is not None else {}
     if built.precompiled:
         compilation["precompiled"] = built.precompiled
-    run.set_status(FINISHED, phases=phases.record(), finetune_called_at=phases.called_at,
-                   compilation=compilation)
+    run.set_status(
+        FINISHED,
+        phases=phases.record(),
+        finetune_called_at=phases.called_at,
+        compilation=compilation,
+    )
     print(phases.line())
     if compilation.get("programs"):
-        print(f"compiled {compilation['programs']} programs in {compilation['seconds']:.1f} s "
-              f"({compilation['from_cache']} read from the compilation cache)")
+        print(
+            f"compiled {compilation['programs']} programs in {compilation['seconds']:.1f} s "
+            f"({compilation['from_cache']} read from the compilation cache)"
+        )
     return finetuned
 
 
-def calibrate(validation, model, description: dict, best_epoch: int | None,
-              run: RunDirectory | None) -> tuple[dict, dict, list]:
+def calibrate(
+    validation, model, description: dict, best_epoch: int | None, run: RunDirectory | None
+) -> tuple[dict, dict, list]:
     """The best weights' validation metrics, after the task calibrates on them; the
     description with the task's new state, and the predictions.
 
@@ -315,18 +367,25 @@ def calibrate(validation, model, description: dict, best_epoch: int | None,
     return task.evaluate(validation.examples, predictions), description, predictions
 
 
-def write_results(run: RunDirectory, recipe: Recipe, data: TaskData, history: list,
-                  final: dict, seconds: float, validation_predictions) -> None:
+def write_results(
+    run: RunDirectory,
+    recipe: Recipe,
+    data: TaskData,
+    history: list,
+    final: dict,
+    seconds: float,
+    validation_predictions,
+) -> None:
     """`metrics.json`, the run report and model card; prints the final metrics."""
     from bertkit.report import write_run_report
 
     monitor = read_json(run.metrics_file)["monitor"]
     write_json(run.metrics_file, {"monitor": monitor, "epochs": history, "final": final})
-    write_run_report(run.path, recipe, data, history, final, monitor, seconds,
-                     validation_predictions)
+    write_run_report(
+        run.path, recipe, data, history, final, monitor, seconds, validation_predictions
+    )
     for split, metrics in final.items():
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items()
-                          if isinstance(v, (int, float)))
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, (int, float)))
         print(f"{split}: {shown}")
 
 
@@ -339,8 +398,11 @@ def export_run(run: RunDirectory, finetuned) -> None:
 
     on_tensorflow = keras.backend.backend() == "tensorflow"
     if not on_tensorflow and not tensorflow_available():
-        print(f"no SavedModel: export needs TensorFlow; run 'bertkit export {run.path} "
-              "--out DIR' where TensorFlow is installed", file=sys.stderr)
+        print(
+            f"no SavedModel: export needs TensorFlow; run 'bertkit export {run.path} "
+            "--out DIR' where TensorFlow is installed",
+            file=sys.stderr,
+        )
         return
     if run.saved_model_dir.exists():
         shutil.rmtree(run.saved_model_dir)  # from an interrupted export of this run

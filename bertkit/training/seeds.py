@@ -44,8 +44,9 @@ from bertkit.run_dir import FINISHED, RunDirectory, read_json, write_json
 LARGEST_SEED = 2**32 - 1
 
 
-def train_seeds(recipe: Recipe, run: RunDirectory, finetune, *, verbose=None, features=None,
-                callbacks=None):
+def train_seeds(
+    recipe: Recipe, run: RunDirectory, finetune, *, verbose=None, features=None, callbacks=None
+):
     """Trains `recipe.training.seeds` seeds into `run.path / "seeds"`, finished ones skipped,
     each with `finetune` (`bertkit.finetune`: passed in, as its module imports this one),
     then writes the aggregate. Returns the kept model, loaded from `run` (in processes
@@ -61,10 +62,14 @@ def train_seeds(recipe: Recipe, run: RunDirectory, finetune, *, verbose=None, fe
             say(f"seed {seed} ({index + 1} of {len(seeds)}): finished, skipped")
         else:
             say(f"seed {seed} ({index + 1} of {len(seeds)}): {seed_run.path}")
-            finetuned = finetune(seed_recipe(recipe, seed, run), verbose=verbose,
-                                 features=features, callbacks=callbacks)
+            finetuned = finetune(
+                seed_recipe(recipe, seed, run),
+                verbose=verbose,
+                features=features,
+                callbacks=callbacks,
+            )
         if writes_run_directory():
-            metrics = write_seeds_metrics(run, recipe, seeds[:index + 1], baseline)
+            metrics = write_seeds_metrics(run, recipe, seeds[: index + 1], baseline)
     if not writes_run_directory():
         return finetuned
     finish_seeds(run, recipe, metrics)
@@ -75,8 +80,11 @@ def seed_values(training) -> list[int]:
     """`training.seed`, `seed + 1`, ... (`training.seeds` of them)."""
     last = training.seed + training.seeds - 1
     if last > LARGEST_SEED:
-        raise UserError(f"seeds from {training.seed} to {last} go past {LARGEST_SEED}, the "
-                        "largest seed; lower training.seed", key="training.seeds")
+        raise UserError(
+            f"seeds from {training.seed} to {last} go past {LARGEST_SEED}, the "
+            "largest seed; lower training.seed",
+            key="training.seeds",
+        )
     return list(range(training.seed, last + 1))
 
 
@@ -87,8 +95,9 @@ def seed_dir(run: RunDirectory, seed: int) -> Path:
 def seed_recipe(recipe: Recipe, seed: int, run: RunDirectory) -> Recipe:
     """One seed's recipe: an ordinary run (`seeds: 1`) in `seeds/seed-<seed>/`."""
     training = dataclasses.replace(recipe.training, seed=seed, seeds=1)
-    return dataclasses.replace(recipe, training=training, search=None,
-                               output_dir=str(seed_dir(run, seed)))
+    return dataclasses.replace(
+        recipe, training=training, search=None, output_dir=str(seed_dir(run, seed))
+    )
 
 
 def validation_baseline(recipe: Recipe, features=None) -> tuple[float, str] | None:
@@ -111,8 +120,7 @@ def validation_baseline(recipe: Recipe, features=None) -> tuple[float, str] | No
 
 
 # ---- the aggregate
-def write_seeds_metrics(run: RunDirectory, recipe: Recipe, seeds: list[int],
-                        baseline) -> dict:
+def write_seeds_metrics(run: RunDirectory, recipe: Recipe, seeds: list[int], baseline) -> dict:
     """`metrics.json` of the seeds finished so far; returns it."""
     task_class = recipe.task_class()
     entries, failed, monitor = [], [], "loss"
@@ -127,8 +135,15 @@ def write_seeds_metrics(run: RunDirectory, recipe: Recipe, seeds: list[int],
             failed.append(line)
     kept = kept_seed(entries, task_class.monitor, task_class.mode, recipe.training.keep_seed)
     mean, sd = mean_and_sd(entries)
-    result = {"monitor": monitor, "keep_seed": recipe.training.keep_seed, "kept_seed": kept,
-              "seeds": entries, "mean": mean, "sd": sd, "failed_seeds": failed}
+    result = {
+        "monitor": monitor,
+        "keep_seed": recipe.training.keep_seed,
+        "kept_seed": kept,
+        "seeds": entries,
+        "mean": mean,
+        "sd": sd,
+        "failed_seeds": failed,
+    }
     write_json(run.metrics_file, result)
     if failed and failed[-1] == entries[-1].get("failed"):
         say(failed[-1])
@@ -150,8 +165,10 @@ def failed_seed_line(seed: int, value, baseline, monitor: str, mode: str) -> str
     if (value > level if mode == "max" else value < level) and abs(value - level) > 1e-9:
         return None
     where = "at" if abs(value - level) <= 1e-9 else ("below" if mode == "max" else "above")
-    return (f"seed {seed}: val_{monitor} {value:.3f} is {where} the {name} baseline "
-            f"{level:.3f}; it did not learn")
+    return (
+        f"seed {seed}: val_{monitor} {value:.3f} is {where} the {name} baseline "
+        f"{level:.3f}; it did not learn"
+    )
 
 
 def kept_seed(entries: list[dict], monitor: str, mode: str, keep: str) -> int:
@@ -182,13 +199,17 @@ def mean_and_sd(entries: list[dict]) -> tuple[dict, dict]:
     """
     mean, sd = {}, {}
     for split in ("validation", "test"):
-        names = [name for name, value in entries[0].get(split, {}).items()
-                 if all(_is_number(e.get(split, {}).get(name)) for e in entries)]
+        names = [
+            name
+            for name, value in entries[0].get(split, {}).items()
+            if all(_is_number(e.get(split, {}).get(name)) for e in entries)
+        ]
         for name in names:
             values = [float(e[split][name]) for e in entries]
             mean.setdefault(split, {})[name] = round(statistics.fmean(values), 6)
-            sd.setdefault(split, {})[name] = (round(statistics.stdev(values), 6)
-                                              if len(values) > 1 else None)
+            sd.setdefault(split, {})[name] = (
+                round(statistics.stdev(values), 6) if len(values) > 1 else None
+            )
     return mean, sd
 
 
@@ -207,15 +228,20 @@ def finish_seeds(run: RunDirectory, recipe: Recipe, metrics: dict) -> None:
         keep_folder(run, kept.path / name, name)
     write_seeds_report(run.path, recipe, metrics)
     say(summary_line(metrics, recipe.task_class().monitor))  # failed seeds: said as each ended
-    run.set_status(FINISHED, seeds=[e["seed"] for e in metrics["seeds"]],
-                   kept_seed=metrics["kept_seed"])
+    run.set_status(
+        FINISHED, seeds=[e["seed"] for e in metrics["seeds"]], kept_seed=metrics["kept_seed"]
+    )
 
 
 def keep_folder(run: RunDirectory, source: Path, name: str) -> None:
     """`run/name` becomes a hard-linked copy of `source` (or goes, if `source` is absent)."""
     if source.is_dir():
-        run.replace_folder(name, lambda folder: shutil.copytree(
-            source, folder, dirs_exist_ok=True, copy_function=_link_or_copy))
+        run.replace_folder(
+            name,
+            lambda folder: shutil.copytree(
+                source, folder, dirs_exist_ok=True, copy_function=_link_or_copy
+            ),
+        )
     elif (run.path / name).is_symlink() or (run.path / name).is_file():
         (run.path / name).unlink()
     elif (run.path / name).is_dir():

@@ -103,8 +103,14 @@ class TrainingProgress(keras.callbacks.Callback):
 
     async_safe = True  # steps may end out of order on Keras' threads: see `_last_step`
 
-    def __init__(self, steps_per_epoch: int, epochs: int, sequences_per_step: float,
-                 stream=None, clock=time.monotonic):
+    def __init__(
+        self,
+        steps_per_epoch: int,
+        epochs: int,
+        sequences_per_step: float,
+        stream=None,
+        clock=time.monotonic,
+    ):
         super().__init__()
         self.steps, self.epochs = steps_per_epoch, epochs
         self.sequences_per_step = sequences_per_step
@@ -141,12 +147,15 @@ class TrainingProgress(keras.callbacks.Callback):
     def _print(self, step: int, running_mean: float) -> None:
         loss = self.interval_loss(step, running_mean)
         done, elapsed = step - self._first_step, max(self.cadence.elapsed(), 1e-9)
-        print(f"epoch {self.epoch + 1}/{self.epochs}  step {step}/{self.steps} "
-              f"({100 * step // self.steps}%)  loss {loss:.4f}  "
-              f"lr {self.learning_rate(self.epoch * self.steps + step):.3g}  "
-              f"{done * self.sequences_per_step / elapsed:.1f} seq/s  "
-              f"eta {format_duration(elapsed / done * (self.steps - step))}",
-              file=self.stream or sys.stdout, flush=True)
+        print(
+            f"epoch {self.epoch + 1}/{self.epochs}  step {step}/{self.steps} "
+            f"({100 * step // self.steps}%)  loss {loss:.4f}  "
+            f"lr {self.learning_rate(self.epoch * self.steps + step):.3g}  "
+            f"{done * self.sequences_per_step / elapsed:.1f} seq/s  "
+            f"eta {format_duration(elapsed / done * (self.steps - step))}",
+            file=self.stream or sys.stdout,
+            flush=True,
+        )
 
 
 class RecordSteps(keras.callbacks.Callback):
@@ -204,10 +213,15 @@ class RecordSteps(keras.callbacks.Callback):
         for step, (running_mean, learning_rate) in means:
             loss = interval_loss(step, running_mean)
             if math.isfinite(loss):
-                self.records.append({"epoch": self.epoch + 1,
-                                     "step": self.epoch * self.steps + step,
-                                     "progress": round(self.epoch + step / self.steps, 4),
-                                     "loss": loss, "learning_rate": learning_rate})
+                self.records.append(
+                    {
+                        "epoch": self.epoch + 1,
+                        "step": self.epoch * self.steps + step,
+                        "progress": round(self.epoch + step / self.steps, 4),
+                        "loss": loss,
+                        "learning_rate": learning_rate,
+                    }
+                )
         write_json(self.path, {"every": self.every, "steps": self.records})
 
 
@@ -225,8 +239,7 @@ class StepTensorBoard(keras.callbacks.TensorBoard):
     async_safe = True
 
     def __init__(self, log_dir, steps: RecordSteps, **kwargs):
-        super().__init__(log_dir, update_freq="epoch", write_graph=False, profile_batch=0,
-                         **kwargs)
+        super().__init__(log_dir, update_freq="epoch", write_graph=False, profile_batch=0, **kwargs)
         self.steps = steps
 
     def on_train_batch_end(self, batch, logs=None):
@@ -237,6 +250,7 @@ class StepTensorBoard(keras.callbacks.TensorBoard):
             for record in self.steps.records:
                 if record["epoch"] == epoch + 1:  # RecordSteps has just added them
                     self.summary.scalar("batch_loss", record["loss"], step=record["step"])
-                    self.summary.scalar("batch_learning_rate", record["learning_rate"],
-                                        step=record["step"])
+                    self.summary.scalar(
+                        "batch_learning_rate", record["learning_rate"], step=record["step"]
+                    )
         super().on_epoch_end(epoch, logs)

@@ -50,20 +50,28 @@ class TaskData:
             state = state if state is not None else reader.fit_state(train)
             labels = state.get("labels") if isinstance(state, dict) else None
             if labels is not None and len(labels) < 2:
-                raise UserError(f"the training data has only one label ({', '.join(labels)}) "
-                                "and the model would learn nothing; a task needs at least two",
-                                source=recipe.data.train)
+                raise UserError(
+                    f"the training data has only one label ({', '.join(labels)}) "
+                    "and the model would learn nothing; a task needs at least two",
+                    source=recipe.data.train,
+                )
         with phases("load_backbone"):
             pretrained = cls._backbone(recipe, load_pretrained)
         with phases("featurize"):
             task = make_task(recipe, tokenizer=pretrained.tokenizer, state=state)
-            say(f"featurizing {len(train)} training and {len(validation or ())} validation "
-                "examples")
-            validation_features = (task.featurize(validation, training=False) if validation
-                                   else None)
+            say(
+                f"featurizing {len(train)} training and {len(validation or ())} validation examples"
+            )
+            validation_features = task.featurize(validation, training=False) if validation else None
             train_features = task.featurize(train, training=True)
-        return cls(task, pretrained, description_of(task, recipe), train_features, validation,
-                   validation_features)
+        return cls(
+            task,
+            pretrained,
+            description_of(task, recipe),
+            train_features,
+            validation,
+            validation_features,
+        )
 
     @classmethod
     def from_file(cls, recipe: Recipe, path) -> TaskData:
@@ -75,32 +83,47 @@ class TaskData:
         stored = read_feature_file(path, example_type=reader.Example)
         expected = description_of(reader, recipe)
         for key in ("task", "options", "data", "sequence_length", "bucket_lengths", "state"):
-            if key not in stored.description or (key != "state" and
-                                                 stored.description[key] != expected[key]):
-                raise UserError(f"was made from another recipe ({key} differs); run "
-                                "'bertkit featurize' on this recipe", source=path)
+            if key not in stored.description or (
+                key != "state" and stored.description[key] != expected[key]
+            ):
+                raise UserError(
+                    f"was made from another recipe ({key} differs); run "
+                    "'bertkit featurize' on this recipe",
+                    source=path,
+                )
         if recipe.data.validation and stored.validation is None:  # said before training
-            say(f"the features file holds no validation split (the {recipe.task} task decodes "
+            say(
+                f"the features file holds no validation split (the {recipe.task} task decodes "
                 "with TensorFlow): training without per-epoch validation; evaluate the run "
-                "with 'bertkit evaluate RUN_DIR' where TensorFlow is installed")
+                "with 'bertkit evaluate RUN_DIR' where TensorFlow is installed"
+            )
         pretrained = cls._backbone(recipe, load_pretrained)
-        task = make_task(recipe, tokenizer=pretrained.tokenizer,
-                         state=stored.description["state"])
-        return cls(task, pretrained, stored.description, stored.train,
-                   stored.validation_examples, stored.validation)
+        task = make_task(recipe, tokenizer=pretrained.tokenizer, state=stored.description["state"])
+        return cls(
+            task,
+            pretrained,
+            stored.description,
+            stored.train,
+            stored.validation_examples,
+            stored.validation,
+        )
 
     @staticmethod
     def _backbone(recipe, load_pretrained):
         say(f"loading the backbone {recipe.backbone.preset}")
-        return load_pretrained(recipe.backbone.preset,
-                               sequence_length=recipe.backbone.sequence_length,
-                               lowercase=recipe.backbone.lowercase, source=recipe.source)
+        return load_pretrained(
+            recipe.backbone.preset,
+            sequence_length=recipe.backbone.sequence_length,
+            lowercase=recipe.backbone.lowercase,
+            source=recipe.source,
+        )
 
 
 def make_task(recipe: Recipe, *, tokenizer=None, state: dict | None = None):
     """The recipe's task; without a tokenizer it can read files, but not featurize."""
-    return recipe.task_class()(recipe.task_options, recipe.data, tokenizer,
-                               recipe.backbone.sequence_length, state)
+    return recipe.task_class()(
+        recipe.task_options, recipe.data, tokenizer, recipe.backbone.sequence_length, state
+    )
 
 
 def description_of(task, recipe: Recipe) -> dict:
@@ -109,5 +132,6 @@ def description_of(task, recipe: Recipe) -> dict:
     from bertkit.serving.finetuned import task_description
 
     buckets = bucket_lengths(recipe.backbone.sequence_length, recipe.training.bucket_lengths)
-    return task_description(task, recipe.backbone.sequence_length, recipe.training.batch_size,
-                            buckets)
+    return task_description(
+        task, recipe.backbone.sequence_length, recipe.training.batch_size, buckets
+    )

@@ -35,8 +35,17 @@ from bertkit.training.run_steps import (  # noqa: F401 (public here too: the ben
 from bertkit.training.task_data import TaskData
 
 
-def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None,
-             features=None, verbose: int | None = None, callbacks=None, **sections):
+def finetune(
+    recipe,
+    *,
+    output_dir=None,
+    overwrite: bool = False,
+    overrides=None,
+    features=None,
+    verbose: int | None = None,
+    callbacks=None,
+    **sections,
+):
     """Fine-tunes the model a recipe describes; returns the `FineTunedModel`.
 
     Args:
@@ -71,10 +80,12 @@ def finetune(recipe, *, output_dir=None, overwrite: bool = False, overrides=None
         fresh = overwrite or run.is_empty()
     with contextlib.ExitStack() as held, quiet_unless_writer():
         with phases("recipe"):
-            resuming = bool(process_zero_decides(
-                lambda: _open_run(held, run, recipe.to_yaml(), overwrite)))
-        return _train_or_undo(run, fresh, lambda: _train(
-            recipe, run, resuming, verbose, features, phases, callbacks))
+            resuming = bool(
+                process_zero_decides(lambda: _open_run(held, run, recipe.to_yaml(), overwrite))
+            )
+        return _train_or_undo(
+            run, fresh, lambda: _train(recipe, run, resuming, verbose, features, phases, callbacks)
+        )
 
 
 def _train(recipe, run, resuming, verbose, features, phases, callbacks):
@@ -83,8 +94,9 @@ def _train(recipe, run, resuming, verbose, features, phases, callbacks):
     if recipe.training.seeds > 1:
         from bertkit.training.seeds import train_seeds
 
-        return train_seeds(recipe, run, finetune, verbose=verbose, features=features,
-                           callbacks=callbacks)
+        return train_seeds(
+            recipe, run, finetune, verbose=verbose, features=features, callbacks=callbacks
+        )
     return _Trainer(recipe, run, resuming, verbose, features, phases, callbacks).execute()
 
 
@@ -119,8 +131,9 @@ def _train_or_undo(run: RunDirectory, fresh: bool, train):
     return finetuned
 
 
-def _open_run(held: contextlib.ExitStack, run: RunDirectory, recipe_yaml: str,
-              overwrite: bool) -> bool:
+def _open_run(
+    held: contextlib.ExitStack, run: RunDirectory, recipe_yaml: str, overwrite: bool
+) -> bool:
     """Locks the run directory (until `held` closes) and prepares it; True when resuming."""
     held.enter_context(run.lock())
     return run.prepare(recipe_yaml, overwrite)
@@ -138,16 +151,24 @@ def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
     recipe = _as_recipe(recipe, overrides, sections, None)
     data = TaskData.read(recipe)
     out = Path(out or f"{recipe.output_dir}.features.npz")
-    path = write_feature_file(out, description=data.description, train=data.train_features,
-                              validation=data.validation_features,
-                              validation_examples=data.validation,
-                              example_type=data.task.Example)
+    path = write_feature_file(
+        out,
+        description=data.description,
+        train=data.train_features,
+        validation=data.validation_features,
+        validation_examples=data.validation,
+        example_type=data.task.Example,
+    )
     kept = keeps_validation(data.validation_features, data.validation, data.task.Example)
-    print(f"wrote {path}: {len(data.train_features)} training rows, "
-          f"{len(data.validation_features) if kept else 0} validation rows")
+    print(
+        f"wrote {path}: {len(data.train_features)} training rows, "
+        f"{len(data.validation_features) if kept else 0} validation rows"
+    )
     if data.validation_features is not None and not kept:
-        print(f"the {recipe.task} task decodes with TensorFlow: evaluate the trained run "
-              "with 'bertkit evaluate RUN_DIR' where TensorFlow is installed")
+        print(
+            f"the {recipe.task} task decodes with TensorFlow: evaluate the trained run "
+            "with 'bertkit evaluate RUN_DIR' where TensorFlow is installed"
+        )
     return path
 
 
@@ -166,14 +187,26 @@ class _Trainer:
     Each step's wall seconds go to `run.json` under `phases` (see `bertkit.training.phases`).
     """
 
-    def __init__(self, recipe: Recipe, run: RunDirectory, resuming: bool, verbose, features,
-                 phases, callbacks=None):
+    def __init__(
+        self,
+        recipe: Recipe,
+        run: RunDirectory,
+        resuming: bool,
+        verbose,
+        features,
+        phases,
+        callbacks=None,
+    ):
         from bertkit.parallel.multi_process import writes_run_directory
 
         self.recipe, self.phases, self.features_file = recipe, phases, features
         self.settings = FitSettings(
-            run, resuming, writes=writes_run_directory(), callbacks=list(callbacks or ()),
-            verbose=verbose if verbose is not None else (1 if sys.stdout.isatty() else 2))
+            run,
+            resuming,
+            writes=writes_run_directory(),
+            callbacks=list(callbacks or ()),
+            verbose=verbose if verbose is not None else (1 if sys.stdout.isatty() else 2),
+        )
 
     def execute(self):
         import keras
@@ -190,8 +223,11 @@ class _Trainer:
             if self.recipe.training.mixed_precision:
                 keras.config.set_dtype_policy(f"mixed_{self.recipe.training.mixed_precision}")
             use_compilation_cache(self.recipe.training.compilation_cache)
-            with sigterm as self.settings.sigterm, run_steps.device_scope(self.recipe), \
-                    CompileCounter() as self.compiled:
+            with (
+                sigterm as self.settings.sigterm,
+                run_steps.device_scope(self.recipe),
+                CompileCounter() as self.compiled,
+            ):
                 return self._train()
         finally:
             keras.config.set_dtype_policy(policy)  # a process-wide setting: leave it as found
@@ -204,8 +240,9 @@ class _Trainer:
         started, recipe, phases = time.time(), self.recipe, self.phases
         run, settings = self.settings.run, self.settings
         keras.utils.set_random_seed(recipe.training.seed)
-        data = run_steps.prepare(recipe, features=self.features_file,
-                                 state=self._saved_state(), phases=phases)
+        data = run_steps.prepare(
+            recipe, features=self.features_file, state=self._saved_state(), phases=phases
+        )
         built = run_steps.build(recipe, data, phases=phases)
         if settings.writes:
             with phases("build_model"):
@@ -218,10 +255,17 @@ class _Trainer:
         with phases("fit_overhead"):
             history, best_epoch = run_steps.fit(built, recipe, settings, phases)
         phases.add("fit_overhead", before - phases.total(parts))
-        return run_steps.finish(built, recipe, settings, phases, history=history,
-                                best_epoch=best_epoch, started=started,
-                                from_features=bool(self.features_file),
-                                compiled=self.compiled)
+        return run_steps.finish(
+            built,
+            recipe,
+            settings,
+            phases,
+            history=history,
+            best_epoch=best_epoch,
+            started=started,
+            from_features=bool(self.features_file),
+            compiled=self.compiled,
+        )
 
     def _saved_state(self) -> dict | None:
         run = self.settings.run

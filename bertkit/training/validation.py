@@ -39,8 +39,7 @@ class ValidationSplit:
         from bertkit.serving.inference import model_inputs
 
         shapes = {}
-        for _, _, inputs in model_inputs(self.task, self.features, self.batch_size,
-                                         self.buckets):
+        for _, _, inputs in model_inputs(self.task, self.features, self.batch_size, self.buckets):
             key = tuple(sorted((name, np.shape(value)) for name, value in inputs.items()))
             shapes.setdefault(key, inputs)
         return list(shapes.values())

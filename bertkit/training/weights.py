@@ -40,15 +40,17 @@ def save_weights_atomically(model, path, *, with_optimizer: bool = True) -> None
     _require_space(path, _bytes_needed(model.weights + saved))
     try:
         with outside_distribution():
-            keras.saving.save_weights(model, temporary, objects_to_skip=None if with_optimizer
-                                      else optimizers)
+            keras.saving.save_weights(
+                model, temporary, objects_to_skip=None if with_optimizer else optimizers
+            )
         os.replace(temporary, path)
     except OSError as error:
         temporary.unlink(missing_ok=True)
         if error.errno not in _DISK_FULL and "errno = 28" not in str(error):  # HDF5's text
             raise
-        raise UserError(f"cannot save the weights: {os.strerror(errno.ENOSPC)}",
-                        source=path) from None
+        raise UserError(
+            f"cannot save the weights: {os.strerror(errno.ENOSPC)}", source=path
+        ) from None
 
 
 def _bytes_needed(variables) -> int:
@@ -68,8 +70,11 @@ def _require_space(path: Path, needed: int) -> None:
     status = os.statvfs(path.parent)
     free = status.f_bavail * status.f_frsize
     if free < needed:
-        raise UserError(f"not enough free space to save the weights (about {needed / 1e6:.1f} "
-                        f"MB needed, {free / 1e6:.1f} MB free)", source=path)
+        raise UserError(
+            f"not enough free space to save the weights (about {needed / 1e6:.1f} "
+            f"MB needed, {free / 1e6:.1f} MB free)",
+            source=path,
+        )
 
 
 def load_model_weights(model, path) -> None:

@@ -46,16 +46,16 @@ class StudyPlace:
         """
         folder = Path(output_dir or f"{recipe.output_dir}.study").resolve()
         if folder.exists() and not folder.is_dir():
-            raise UserError("is a file; the study folder (--output) must be a folder or new",
-                            source=folder)
+            raise UserError(
+                "is a file; the study folder (--output) must be a folder or new", source=folder
+            )
         name = study_name or Path(recipe.output_dir).name
         if storage and not study_name:
             name += "-" + hashlib.sha256(str(folder).encode()).hexdigest()[:8]
         return cls(folder, storage or f"sqlite:///{folder / 'study.db'}", name)
 
 
-def open_study(place: StudyPlace, base: Recipe, heartbeat_seconds: int | None, *,
-               create: bool):
+def open_study(place: StudyPlace, base: Recipe, heartbeat_seconds: int | None, *, create: bool):
     """The Optuna study in `place`, created when `create` (direction: the task's `mode`)."""
     import optuna
     import sqlalchemy.exc
@@ -70,12 +70,18 @@ def open_study(place: StudyPlace, base: Recipe, heartbeat_seconds: int | None, *
         try:
             return optuna.load_study(study_name=place.name, storage=storage)
         except KeyError:
-            raise UserError(f"no study '{place.name}' in {place.storage}; run "
-                            "'bertkit tune' first", source=base.source) from None
+            raise UserError(
+                f"no study '{place.name}' in {place.storage}; run 'bertkit tune' first",
+                source=base.source,
+            ) from None
     options = base.search.options
-    study = optuna.create_study(storage=storage, study_name=place.name, load_if_exists=True,
-                                direction=_objective(base)["direction"],
-                                pruner=_pruner(options))
+    study = optuna.create_study(
+        storage=storage,
+        study_name=place.name,
+        load_if_exists=True,
+        direction=_objective(base)["direction"],
+        pruner=_pruner(options),
+    )
     _check_same_objective(study, place, base)
     _check_same_space(study, base)
     study.sampler = _sampler(options, len(study.get_trials(deepcopy=False)))
@@ -85,27 +91,36 @@ def open_study(place: StudyPlace, base: Recipe, heartbeat_seconds: int | None, *
 def _objective(base: Recipe) -> dict:
     """What a study's trial values mean: the recipe's task, its metric and direction."""
     task_class = base.task_class()
-    return {"task": base.task, "monitor": task_class.monitor,
-            "direction": "maximize" if task_class.mode == "max" else "minimize"}
+    return {
+        "task": base.task,
+        "monitor": task_class.monitor,
+        "direction": "maximize" if task_class.mode == "max" else "minimize",
+    }
 
 
 def _check_same_objective(study, place: StudyPlace, base: Recipe) -> None:
     """Refuses a study made for another task, metric or direction: its values would not
     compare, and `best/` could link the worst model. Records them in a new study."""
     wanted = _objective(base)
-    found = {"task": study.user_attrs.get("task"), "monitor": study.user_attrs.get("monitor"),
-             "direction": study.direction.name.lower()}
+    found = {
+        "task": study.user_attrs.get("task"),
+        "monitor": study.user_attrs.get("monitor"),
+        "direction": study.direction.name.lower(),
+    }
     if any(found[key] not in (None, wanted[key]) for key in wanted):  # None: not recorded
-        raise UserError(f"study '{place.name}' {_described(found)}, and this recipe "
-                        f"{_described(wanted)}; start a new study with --study NAME or "
-                        "--output DIR", source=base.source)
+        raise UserError(
+            f"study '{place.name}' {_described(found)}, and this recipe "
+            f"{_described(wanted)}; start a new study with --study NAME or "
+            "--output DIR",
+            source=base.source,
+        )
     for key in ("task", "monitor"):
         if found[key] is None:
             study.set_user_attr(key, wanted[key])
 
 
 def _described(objective: dict) -> str:
-    """"maximizes accuracy of the classification task" """
+    """ "maximizes accuracy of the classification task" """
     task = f" of the {objective['task']} task" if objective["task"] else ""
     return f"{objective['direction']}s {objective['monitor'] or 'its metric'}{task}"
 
@@ -129,11 +144,14 @@ def _check_same_space(study, base: Recipe) -> None:
         try:
             optuna.distributions.check_distribution_compatibility(old, new)
         except ValueError:
-            raise UserError(f"changed since the study began (was {_shown(old)}, now "
-                            f"{_shown(new)}), and Optuna cannot continue the study with it; "
-                            "undo the change, or start a new study with --study NAME or "
-                            "--output DIR", source=base.source,
-                            key=f"search.{dimension.key}") from None
+            raise UserError(
+                f"changed since the study began (was {_shown(old)}, now "
+                f"{_shown(new)}), and Optuna cannot continue the study with it; "
+                "undo the change, or start a new study with --study NAME or "
+                "--output DIR",
+                source=base.source,
+                key=f"search.{dimension.key}",
+            ) from None
 
 
 def _shown(distribution) -> str:
@@ -150,8 +168,9 @@ def _check_sqlite_file(storage: str) -> None:
     tables to it; an empty or new file is fine."""
     import sqlalchemy
 
-    database = sqlalchemy.engine.make_url(storage).database if storage.startswith(
-        "sqlite:") else None
+    database = (
+        sqlalchemy.engine.make_url(storage).database if storage.startswith("sqlite:") else None
+    )
     path = Path(database) if database and database != ":memory:" else None
     if path is None or not path.is_file() or path.stat().st_size == 0:
         return
@@ -159,14 +178,19 @@ def _check_sqlite_file(storage: str) -> None:
     try:  # read-only: the file is left as it is
         uri = f"{path.resolve().as_uri()}?mode=ro"
         with contextlib.closing(sqlite3.connect(uri, uri=True)) as connection:
-            tables = {row[0] for row in connection.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            tables = {
+                row[0]
+                for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
     except sqlite3.Error as error:
         raise UserError(f"is not an SQLite database ({error}); {advice}", source=path) from None
     # Any one of Optuna's tables: workers started together may be creating the others.
     if tables and not tables & {"studies", "trials", "version_info", "alembic_version"}:
-        raise UserError(f"is an SQLite database, but no Optuna study storage (its tables: "
-                        f"{', '.join(sorted(tables)[:5])}); {advice}", source=path)
+        raise UserError(
+            f"is an SQLite database, but no Optuna study storage (its tables: "
+            f"{', '.join(sorted(tables)[:5])}); {advice}",
+            source=path,
+        )
 
 
 def _storage(place: StudyPlace, heartbeat_seconds: int | None, create: bool):
@@ -179,8 +203,9 @@ def _storage(place: StudyPlace, heartbeat_seconds: int | None, create: bool):
     for attempt in range(3):
         try:
             with quiet_experimental_warnings():
-                return optuna.storages.RDBStorage(place.storage, engine_kwargs=engine_kwargs,
-                                                  **heartbeat)
+                return optuna.storages.RDBStorage(
+                    place.storage, engine_kwargs=engine_kwargs, **heartbeat
+                )
         except sqlalchemy.exc.DBAPIError:
             # Workers started together race to create the tables ("table studies already
             # exists"); the next attempt finds them made.
@@ -207,9 +232,13 @@ def _heartbeat_options(seconds: int | None) -> dict:
     if seconds is None:  # only reading the study (the report)
         return {}
     with quiet_experimental_warnings():  # heartbeats are "experimental" since Optuna 2.9
-        return {"heartbeat_interval": seconds, "grace_period": 2 * seconds,
-                "heartbeat_stale_trial_callback":
-                    optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)}
+        return {
+            "heartbeat_interval": seconds,
+            "grace_period": 2 * seconds,
+            "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(
+                max_retry=1
+            ),
+        }
 
 
 @contextlib.contextmanager
@@ -243,5 +272,6 @@ def _pruner(options):
         return optuna.pruners.NopPruner()
     if options.pruner == "hyperband":
         return optuna.pruners.HyperbandPruner()
-    return optuna.pruners.MedianPruner(n_startup_trials=options.pruner_startup_trials,
-                                       n_warmup_steps=options.pruner_warmup_epochs)
+    return optuna.pruners.MedianPruner(
+        n_startup_trials=options.pruner_startup_trials, n_warmup_steps=options.pruner_warmup_epochs
+    )

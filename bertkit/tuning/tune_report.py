@@ -29,13 +29,19 @@ def write_tune_report(study, folder) -> Path:
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)  # a worker of a shared study may have none yet
-    trials = [trial for trial in study.get_trials(deepcopy=False)
-              if not trial.user_attrs.get("surplus")]  # see `bertkit.tuning.tuner.SurplusTrial`
+    trials = [
+        trial for trial in study.get_trials(deepcopy=False) if not trial.user_attrs.get("surplus")
+    ]  # see `bertkit.tuning.tuner.SurplusTrial`
     monitor = study.user_attrs.get("monitor", "value")
     best = _best_trial(study)
-    sections = [f"# Hyperparameter search: {study.study_name}", _summary(trials),
-                _best_section(best, monitor, folder, study.direction.name.lower()),
-                "## Trials", _trials_table(trials, monitor, best), _plots(study, folder)]
+    sections = [
+        f"# Hyperparameter search: {study.study_name}",
+        _summary(trials),
+        _best_section(best, monitor, folder, study.direction.name.lower()),
+        "## Trials",
+        _trials_table(trials, monitor, best),
+        _plots(study, folder),
+    ]
     if best is not None:
         _point_best(folder, best)
     path = folder / "report.md"
@@ -54,8 +60,10 @@ def _best_trial(study):
 
 def _summary(trials) -> str:
     states = [trial.state.name for trial in trials]
-    counts = {name.lower(): states.count(name)
-              for name in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")}
+    counts = {
+        name.lower(): states.count(name)
+        for name in ("COMPLETE", "PRUNED", "FAIL", "RUNNING", "WAITING")
+    }
     return "Trials: " + ", ".join(f"{count} {name}" for name, count in counts.items() if count)
 
 
@@ -63,11 +71,15 @@ def _best_section(best, monitor: str, folder: Path, direction: str) -> str:
     if best is None:
         return "No trial has completed yet."
     run_dir = _run_dir(best, folder)
-    lines = [f"## Best trial: {best.number}",
-             f"Validation {monitor}: **{best.value:.4f}** ({direction}d). Run directory: "
-             f"`{run_dir}` (also `best/`); its `saved_model/` is the model to ship.", "",
-             markdown_table(["parameter", "value"],
-                            [[key, _value(value)] for key, value in best.params.items()])]
+    lines = [
+        f"## Best trial: {best.number}",
+        f"Validation {monitor}: **{best.value:.4f}** ({direction}d). Run directory: "
+        f"`{run_dir}` (also `best/`); its `saved_model/` is the model to ship.",
+        "",
+        markdown_table(
+            ["parameter", "value"], [[key, _value(value)] for key, value in best.params.items()]
+        ),
+    ]
     return "\n".join(lines)
 
 
@@ -80,9 +92,17 @@ def _trials_table(trials, monitor: str, best) -> str:
         state = trial.state.name.lower() + (" (best)" if is_best else "")
         epochs = trial.last_step if trial.intermediate_values else None
         minutes = f"{trial.duration.total_seconds() / 60:.1f}" if trial.duration else None
-        rows.append([trial.number, state, *(_value(trial.params.get(key)) for key in keys),
-                     trial.value, epochs, minutes,
-                     Path(trial.user_attrs.get("run_dir", "")).name or None])
+        rows.append(
+            [
+                trial.number,
+                state,
+                *(_value(trial.params.get(key)) for key in keys),
+                trial.value,
+                epochs,
+                minutes,
+                Path(trial.user_attrs.get("run_dir", "")).name or None,
+            ]
+        )
     return markdown_table(header, rows)
 
 
@@ -106,10 +126,10 @@ def _plots(study, folder: Path) -> str:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         # e.g. "parameter importances will be equal" when every trial scored alike
         warnings.simplefilter("ignore", UserWarning)
-        for name, plot, title in ((HISTORY_PNG, plots.plot_optimization_history,
-                                   "optimization history"),
-                                  (IMPORTANCES_PNG, plots.plot_param_importances,
-                                   "parameter importances")):
+        for name, plot, title in (
+            (HISTORY_PNG, plots.plot_optimization_history, "optimization history"),
+            (IMPORTANCES_PNG, plots.plot_param_importances, "parameter importances"),
+        ):
             try:
                 axes = plot(study)
                 if name == HISTORY_PNG:

@@ -61,9 +61,18 @@ INSTALL_HINT = 'hyperparameter search needs Optuna: pip install "bertkit[tune]"'
 _FINISHED_STATES = ("COMPLETE", "PRUNED")
 
 
-def tune(recipe, *, trials: int | None = None, timeout: float | None = None,
-         storage: str | None = None, study_name: str | None = None, output_dir=None,
-         overrides=None, heartbeat_seconds: int = 60, verbose: int | None = None):
+def tune(
+    recipe,
+    *,
+    trials: int | None = None,
+    timeout: float | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    output_dir=None,
+    overrides=None,
+    heartbeat_seconds: int = 60,
+    verbose: int | None = None,
+):
     """Runs a hyperparameter search over the recipe's `search:` section; returns the study.
 
     Runs trials until the study has `trials` finished (complete or pruned) trials, or
@@ -107,8 +116,7 @@ def _start_study(place: StudyPlace, base: Recipe, heartbeat_seconds: int, shared
     optuna.logging.set_verbosity(optuna.logging.ERROR)  # a line per trial is printed here
     study = open_study(place, base, heartbeat_seconds, create=True)
     if shared:  # workers elsewhere join this study by its name
-        print(f"study '{place.name}' (other workers join it with --study {place.name})",
-              flush=True)
+        print(f"study '{place.name}' (other workers join it with --study {place.name})", flush=True)
     return study
 
 
@@ -131,9 +139,11 @@ def require_optuna():
 def load_search_recipe(recipe, overrides=None) -> Recipe:
     base = load_recipe(recipe, overrides)
     if base.search is None:
-        raise UserError("has no 'search' section; add one, e.g. 'search: {trials: 8, "
-                        "training.learning_rate: {low: 1.0e-5, high: 1.0e-4, log: true}}'",
-                        source=base.source)
+        raise UserError(
+            "has no 'search' section; add one, e.g. 'search: {trials: 8, "
+            "training.learning_rate: {low: 1.0e-5, high: 1.0e-4, log: true}}'",
+            source=base.source,
+        )
     return base
 
 
@@ -149,20 +159,27 @@ def check_search(recipe: Recipe) -> None:
     if recipe.data.validation:
         return
     task_class = recipe.task_class()
-    message = ("hyperparameter search scores trials on a validation split, and the "
-               f"{recipe.task} task held none out of data.train")
+    message = (
+        "hyperparameter search scores trials on a validation split, and the "
+        f"{recipe.task} task held none out of data.train"
+    )
     if task_class.split_validation is Task.split_validation:  # it never holds any out
-        raise UserError(f"{message}; add data.validation", source=recipe.source,
-                        key="data.validation")
+        raise UserError(
+            f"{message}; add data.validation", source=recipe.source, key="data.validation"
+        )
     reader = task_class(recipe.task_options, recipe.data, None, recipe.backbone.sequence_length)
     train = reader.read(recipe.data.train)
     if not reader.split_validation(train)[1]:
-        raise UserError(f"{message} ({len(train)} examples, too few to hold some out); add "
-                        "data.validation", source=recipe.source, key="data.validation")
+        raise UserError(
+            f"{message} ({len(train)} examples, too few to hold some out); add data.validation",
+            source=recipe.source,
+            key="data.validation",
+        )
 
 
-def run_trials(study, objective: Objective, deadline: float | None,
-               poll_seconds: float = 10) -> None:
+def run_trials(
+    study, objective: Objective, deadline: float | None, poll_seconds: float = 10
+) -> None:
     """Runs trials until `objective.target` are finished; one worker's loop among any number.
 
     Trials running elsewhere count as started: a worker waits for the last ones rather
@@ -180,9 +197,12 @@ def run_trials(study, objective: Objective, deadline: float | None,
             return
         if finished + running >= target:
             if not waiting_said:
-                print(f"{finished} of {target} trials finished; waiting for the {running} "
-                      "running (in other workers, or in a killed one until its heartbeat "
-                      "is stale)", flush=True)
+                print(
+                    f"{finished} of {target} trials finished; waiting for the {running} "
+                    "running (in other workers, or in a killed one until its heartbeat "
+                    "is stale)",
+                    flush=True,
+                )
                 waiting_said = True
             time.sleep(poll_seconds)
             continue
@@ -195,8 +215,11 @@ def run_trials(study, objective: Objective, deadline: float | None,
 def count_trials(study, before: int | None = None) -> tuple[int, int]:
     """(finished, running) trials of a study (numbered below `before`, if given);
     finished are complete or pruned."""
-    states = [trial.state.name for trial in study.get_trials(deepcopy=False)
-              if before is None or trial.number < before]
+    states = [
+        trial.state.name
+        for trial in study.get_trials(deepcopy=False)
+        if before is None or trial.number < before
+    ]
     return sum(s in _FINISHED_STATES for s in states), states.count("RUNNING")
 
 
@@ -213,8 +236,9 @@ class Objective:
     epoch so far, exported); its `run.json` says `"pruned_after_epoch": N`.
     """
 
-    def __init__(self, recipe, overrides: list, base: Recipe, folder: Path, target: int,
-                 verbose=None):
+    def __init__(
+        self, recipe, overrides: list, base: Recipe, folder: Path, target: int, verbose=None
+    ):
         self.recipe, self.overrides, self.space = recipe, overrides, base.search
         self.folder, self.target, self.verbose = folder, target, verbose
         self.monitor = base.task_class().monitor
@@ -246,8 +270,11 @@ class Objective:
         value = self._final_value(run)
         if pruned_after is not None:
             run.set_status(FINISHED, pruned_after_epoch=pruned_after)
-            print(f"trial {trial.number} pruned after epoch {pruned_after}: "
-                  f"{self.monitor} {value:.4f}", flush=True)
+            print(
+                f"trial {trial.number} pruned after epoch {pruned_after}: "
+                f"{self.monitor} {value:.4f}",
+                flush=True,
+            )
             raise optuna.TrialPruned(f"pruned after epoch {pruned_after}")
         print(f"trial {trial.number}: {self.monitor} {value:.4f}", flush=True)
         return value
@@ -261,24 +288,33 @@ class Objective:
         reporter = ReportToTrial(trial, f"val_{self.monitor}")
         # A UserError (e.g. a learning rate at which training diverged) fails the trial.
         # With training.seeds > 1 the trial runs all its seeds: their epochs are not reported.
-        finetune(dataclasses.replace(recipe, search=None), output_dir=run.path,
-                 callbacks=[reporter] if recipe.training.seeds == 1 else [],
-                 verbose=self.verbose)
+        finetune(
+            dataclasses.replace(recipe, search=None),
+            output_dir=run.path,
+            callbacks=[reporter] if recipe.training.seeds == 1 else [],
+            verbose=self.verbose,
+        )
         return reporter.pruned_after
 
     def _final_value(self, run: RunDirectory) -> float:
         metrics = read_json(run.metrics_file)
         final = metrics.get("mean") or metrics.get("final", {})  # seeds > 1: scored by the mean
         if self.monitor not in final.get("validation", {}):
-            raise UserError("hyperparameter search scores trials on a validation split, and "
-                            "this trial's run had none; add data.validation",
-                            key="data.validation")
+            raise UserError(
+                "hyperparameter search scores trials on a validation split, and "
+                "this trial's run had none; add data.validation",
+                key="data.validation",
+            )
         return float(final["validation"][self.monitor])
 
 
 def _shown(values: dict) -> str:
-    return ", ".join(f"{key.split('.')[-1]}={value:.3g}" if isinstance(value, float)
-                     else f"{key.split('.')[-1]}={value}" for key, value in values.items())
+    return ", ".join(
+        f"{key.split('.')[-1]}={value:.3g}"
+        if isinstance(value, float)
+        else f"{key.split('.')[-1]}={value}"
+        for key, value in values.items()
+    )
 
 
 def write_study_report(study, folder: Path) -> Path:

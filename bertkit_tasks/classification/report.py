@@ -24,8 +24,15 @@ def per_class_rows(matrix: np.ndarray, labels: list[str]) -> list[list]:
         precision = correct / predicted if predicted else 0.0
         recall = correct / gold if gold else 0.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        rows.append([label, round(float(precision), 4), round(float(recall), 4),
-                     round(float(f1), 4), int(gold)])
+        rows.append(
+            [
+                label,
+                round(float(precision), 4),
+                round(float(recall), 4),
+                round(float(f1), 4),
+                int(gold),
+            ]
+        )
     return rows
 
 
@@ -43,46 +50,83 @@ def plot_confusion_matrix(matrix: np.ndarray, labels: list[str], path) -> None:
     axes.set_title("confusion matrix\n(counts; shade: share of the gold row)", fontsize=10)
     if len(labels) <= 30:
         for (i, j), count in np.ndenumerate(matrix):
-            axes.text(j, i, str(count), ha="center", va="center",
-                      color="white" if shares[i, j] > 0.6 else "black")
+            axes.text(
+                j,
+                i,
+                str(count),
+                ha="center",
+                va="center",
+                color="white" if shares[i, j] > 0.6 else "black",
+            )
     figure.colorbar(image, ax=axes, fraction=0.046)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
 
 
-def classification_report(examples, predictions, labels: list[str], directory,
-                          shown_errors: int = 10) -> str:
+def classification_report(
+    examples, predictions, labels: list[str], directory, shown_errors: int = 10
+) -> str:
     """Writes confusion_matrix.png and misclassified.tsv; returns the Markdown section."""
     directory = Path(directory)
     gold = np.array([labels.index(e.label) for e in examples])
     predicted = np.array([labels.index(p["label"]) for p in predictions])
     matrix = confusion_matrix(gold, predicted, len(labels))
     plot_confusion_matrix(matrix, labels, directory / "confusion_matrix.png")
-    errors = sorted(((p["score"], e, p) for e, p in zip(examples, predictions, strict=True)
-                     if p["label"] != e.label), key=lambda item: -item[0])
+    errors = sorted(
+        (
+            (p["score"], e, p)
+            for e, p in zip(examples, predictions, strict=True)
+            if p["label"] != e.label
+        ),
+        key=lambda item: -item[0],
+    )
     with open(directory / "misclassified.tsv", "w", newline="") as file:
         writer = csv.writer(file, delimiter="\t", lineterminator="\n")
         writer.writerow(["text", "text_pair", "gold", "predicted", "score"])
         for score, example, prediction in errors:
-            writer.writerow([_one_line(example.text), _one_line(example.text_pair or ""),
-                             example.label, prediction["label"], f"{score:.4f}"])
+            writer.writerow(
+                [
+                    _one_line(example.text),
+                    _one_line(example.text_pair or ""),
+                    example.label,
+                    prediction["label"],
+                    f"{score:.4f}",
+                ]
+            )
     header = [str(label) for label in labels]
-    lines = ["## Per class", "",
-             markdown_table(["label", "precision", "recall", "F1", "support"],
-                            per_class_rows(matrix, labels)), "",
-             "## Confusion matrix (rows: gold, columns: predicted)", "",
-             markdown_table(["gold \\ predicted", *header],
-                            [[label, *map(int, row)] for label, row in zip(labels, matrix,
-                                                                          strict=True)]),
-             "", "![confusion matrix](confusion_matrix.png)", "",
-             f"## Misclassified: {len(errors)} of {len(examples)}", ""]
+    lines = [
+        "## Per class",
+        "",
+        markdown_table(
+            ["label", "precision", "recall", "F1", "support"], per_class_rows(matrix, labels)
+        ),
+        "",
+        "## Confusion matrix (rows: gold, columns: predicted)",
+        "",
+        markdown_table(
+            ["gold \\ predicted", *header],
+            [[label, *map(int, row)] for label, row in zip(labels, matrix, strict=True)],
+        ),
+        "",
+        "![confusion matrix](confusion_matrix.png)",
+        "",
+        f"## Misclassified: {len(errors)} of {len(examples)}",
+        "",
+    ]
     if errors:
-        lines += [f"The {min(shown_errors, len(errors))} most confident mistakes "
-                  "(all in `misclassified.tsv`):", "",
-                  markdown_table(["text", "gold", "predicted", "score"],
-                                 [[_shorten(_one_line(e.text)), e.label, p["label"], f"{s:.3f}"]
-                                  for s, e, p in errors[:shown_errors]])]
+        lines += [
+            f"The {min(shown_errors, len(errors))} most confident mistakes "
+            "(all in `misclassified.tsv`):",
+            "",
+            markdown_table(
+                ["text", "gold", "predicted", "score"],
+                [
+                    [_shorten(_one_line(e.text)), e.label, p["label"], f"{s:.3f}"]
+                    for s, e, p in errors[:shown_errors]
+                ],
+            ),
+        ]
     return "\n".join(lines)
 
 
@@ -91,4 +135,4 @@ def _one_line(text: str) -> str:
 
 
 def _shorten(text: str, width: int = 80) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -15,16 +15,21 @@ from bertkit_tasks.classification.metrics import confusion_matrix, macro_f1, mat
 
 @dataclasses.dataclass(frozen=True)
 class ClassificationOptions:
-    labels: tuple[str, ...] | None = dataclasses.field(default=None, metadata={
-        "help": "the label set, in output order; default: the labels of the training data"})
+    labels: tuple[str, ...] | None = dataclasses.field(
+        default=None,
+        metadata={
+            "help": "the label set, in output order; default: the labels of the training data"
+        },
+    )
     dropout: float = dataclasses.field(default=0.1, metadata={"min": 0.0, "max": 0.9})
 
 
 @dataclasses.dataclass(frozen=True)
 class ClassificationData(DataFiles):
     text: str = dataclasses.field(default="text", metadata={"help": "column of the text"})
-    text_pair: str | None = dataclasses.field(default=None, metadata={
-        "help": "column of the second text, for sentence-pair tasks"})
+    text_pair: str | None = dataclasses.field(
+        default=None, metadata={"help": "column of the second text, for sentence-pair tasks"}
+    )
     label: str = dataclasses.field(default="label", metadata={"help": "column of the label"})
 
 
@@ -51,8 +56,7 @@ class ClassificationTask(Task):
     Example = TextExample
     monitor = "accuracy"
     packs = True  # the head reads pooled_output, which packing gathers per row
-    predict_options = (PredictOption("--top-k", "add the K most probable labels as 'top_k'",
-                                     "K"),)
+    predict_options = (PredictOption("--top-k", "add the K most probable labels as 'top_k'", "K"),)
 
     # ---- data
     def read(self, path):
@@ -60,10 +64,16 @@ class ClassificationTask(Task):
         if self.data.text_pair:
             columns.insert(1, self.data.text_pair)
         fmt = detect_format(path, self.data.format)
-        return [TextExample(str(row[self.data.text]),
-                            str(row[self.data.text_pair]) if self.data.text_pair else None,
-                            str(row[self.data.label]), str(path), line)
-                for line, row in read_rows(path, fmt, columns)]
+        return [
+            TextExample(
+                str(row[self.data.text]),
+                str(row[self.data.text_pair]) if self.data.text_pair else None,
+                str(row[self.data.label]),
+                str(path),
+                line,
+            )
+            for line, row in read_rows(path, fmt, columns)
+        ]
 
     def fit_state(self, train_examples):
         labels = self.options.labels or _sorted_labels({e.label for e in train_examples})
@@ -78,10 +88,13 @@ class ClassificationTask(Task):
         if pairs is None and any(e.text_pair is not None for e in examples):
             pairs = [e.text_pair or "" for e in examples]
         token_ids, segment_ids = self.tokenizer.encode(
-            [e.text for e in examples], pairs, sequence_length=self.sequence_length)
+            [e.text for e in examples], pairs, sequence_length=self.sequence_length
+        )
         label_ids = np.array([self._label_id(e) for e in examples], dtype=np.int32)
-        return Features({"token_ids": token_ids, "segment_ids": segment_ids, "labels": label_ids},
-                        example_index=np.arange(len(examples)))
+        return Features(
+            {"token_ids": token_ids, "segment_ids": segment_ids, "labels": label_ids},
+            example_index=np.arange(len(examples)),
+        )
 
     def _label_id(self, example) -> int:
         if example.label is None:
@@ -89,9 +102,12 @@ class ClassificationTask(Task):
         try:
             return self.labels.index(example.label)
         except ValueError:
-            raise UserError(f"unknown label '{example.label}'; the model knows: "
-                            f"{', '.join(self.labels)}", source=example.source, line=example.line,
-                            key=self.data.label) from None
+            raise UserError(
+                f"unknown label '{example.label}'; the model knows: {', '.join(self.labels)}",
+                source=example.source,
+                line=example.line,
+                key=self.data.label,
+            ) from None
 
     # ---- model
     def build_model(self, backbone):
@@ -100,8 +116,8 @@ class ClassificationTask(Task):
         pooled = backbone.output["pooled_output"]  # (batch, hidden)
         x = keras.layers.Dropout(self.options.dropout, name="classifier_dropout")(pooled)
         logits = keras.layers.Dense(
-            len(self.labels), name="classifier",
-            kernel_initializer=head_initializer())(x)
+            len(self.labels), name="classifier", kernel_initializer=head_initializer()
+        )(x)
         return keras.Model(backbone.input, logits, name="bert_classifier")
 
     def loss(self):
@@ -119,9 +135,14 @@ class ClassificationTask(Task):
         logits = np.stack(outputs["logits"]).astype(np.float64)
         probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities /= probabilities.sum(axis=1, keepdims=True)
-        return [{"label": self.labels[int(p.argmax())], "score": float(p.max()),
-                 "probabilities": dict(zip(self.labels, map(float, p), strict=True))}
-                for p in probabilities]
+        return [
+            {
+                "label": self.labels[int(p.argmax())],
+                "score": float(p.max()),
+                "probabilities": dict(zip(self.labels, map(float, p), strict=True)),
+            }
+            for p in probabilities
+        ]
 
     def evaluate(self, examples, predictions):
         gold = np.array([self._label_id(e) for e in examples])
@@ -155,15 +176,19 @@ class ClassificationTask(Task):
         if top_k is None:
             return prediction
         ranked = sorted(prediction["probabilities"].items(), key=lambda item: -item[1])[:top_k]
-        return {**prediction, "top_k": [{"label": label, "score": score}
-                                        for label, score in ranked]}
+        return {
+            **prediction,
+            "top_k": [{"label": label, "score": score} for label, score in ranked],
+        }
 
     def parse_input(self, value):
         example = self._input_example(value)
         if self.data.text_pair and example.text_pair is None:  # its featurizer needs both
-            raise UserError(f"this model classifies text pairs: expected a [text, text_pair] "
-                            f"pair or an object with '{self.data.text}' and "
-                            f"'{self.data.text_pair}', got {value!r:.80}")
+            raise UserError(
+                f"this model classifies text pairs: expected a [text, text_pair] "
+                f"pair or an object with '{self.data.text}' and "
+                f"'{self.data.text_pair}', got {value!r:.80}"
+            )
         return example
 
     def _input_example(self, value) -> TextExample:
@@ -176,8 +201,10 @@ class ClassificationTask(Task):
             pair = value.get(self.data.text_pair or "text_pair", value.get("text_pair"))
             if isinstance(text, str):
                 return TextExample(text, pair)
-        raise UserError(f"expected a text, a [text, text_pair] pair or an object with "
-                        f"'{self.data.text}', got {value!r:.80}")
+        raise UserError(
+            f"expected a text, a [text, text_pair] pair or an object with "
+            f"'{self.data.text}', got {value!r:.80}"
+        )
 
     # ---- export
     def serving_inputs(self):
@@ -190,11 +217,12 @@ class ClassificationTask(Task):
         model_inputs = self.tokenizer.model_inputs(texts, self.sequence_length)
         probabilities = tf.nn.softmax(tf.cast(model(model_inputs, training=False), tf.float32))
         best = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
-        return {"label": tf.gather(tf.constant(self.labels), best),
-                "score": tf.reduce_max(probabilities, axis=-1),
-                "probabilities": probabilities,
-                "label_names": tf.broadcast_to(tf.constant(self.labels),
-                                               tf.shape(probabilities))}
+        return {
+            "label": tf.gather(tf.constant(self.labels), best),
+            "score": tf.reduce_max(probabilities, axis=-1),
+            "probabilities": probabilities,
+            "label_names": tf.broadcast_to(tf.constant(self.labels), tf.shape(probabilities)),
+        }
 
 
 def _sorted_labels(labels: set) -> list[str]:

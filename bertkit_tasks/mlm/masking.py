@@ -245,9 +245,11 @@ def masked_lm_scores(logits, target_ids) -> dict[str, np.ndarray]:
     targets = np.where(used, target_ids, 0)  # (batch, P); unused slots read id 0, then drop
     target_logits = np.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     losses = np.where(used, _logsumexp(logits) - target_logits, 0.0)
-    return {"masked_tokens": used.sum(axis=-1),
-            "correct": (used & (logits.argmax(axis=-1) == targets)).sum(axis=-1),
-            "loss": losses.sum(axis=-1, dtype=np.float64)}
+    return {
+        "masked_tokens": used.sum(axis=-1),
+        "correct": (used & (logits.argmax(axis=-1) == targets)).sum(axis=-1),
+        "loss": losses.sum(axis=-1, dtype=np.float64),
+    }
 
 
 def top_predictions(logits, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -288,8 +288,10 @@ def pack_instance(instance, cls_id: int, sep_id: int) -> tuple[np.ndarray, np.nd
     """
     second = [*instance.segment_b, sep_id] if instance.segment_b else []
     token_ids = [cls_id, *instance.segment_a, sep_id, *second]
-    return (np.array(token_ids, np.int32),
-            np.array([0] * (len(token_ids) - len(second)) + [1] * len(second), np.int32))
+    return (
+        np.array(token_ids, np.int32),
+        np.array([0] * (len(token_ids) - len(second)) + [1] * len(second), np.int32),
+    )
 
 
 def corpus_format(path, format: str) -> str:

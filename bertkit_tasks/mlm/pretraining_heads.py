@@ -34,9 +34,12 @@ def pretraining_head_weights(tensors: dict) -> dict[str, np.ndarray]:
         >>> {path: value.shape for path, value in heads.items()}
         {'nsp_head/kernel': (4, 2), 'nsp_head/bias': (2,)}
     """
-    renamed = {name.removeprefix("bert.").replace("LayerNorm.gamma", "LayerNorm.weight")
-               .replace("LayerNorm.beta", "LayerNorm.bias"): value
-               for name, value in tensors.items()}
+    renamed = {
+        name.removeprefix("bert.")
+        .replace("LayerNorm.gamma", "LayerNorm.weight")
+        .replace("LayerNorm.beta", "LayerNorm.bias"): value
+        for name, value in tensors.items()
+    }
     heads = {}
     for head in ("mlm_head/", "nsp_head/"):
         paths = [path for path in _HEAD_TENSORS if path.startswith(head)]
@@ -45,5 +48,3 @@ def pretraining_head_weights(tensors: dict) -> dict[str, np.ndarray]:
                 value = np.asarray(renamed[_HEAD_TENSORS[path]], np.float32)
                 heads[path] = value.T if path.endswith("kernel") else value
     return heads
-
-

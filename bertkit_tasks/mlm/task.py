@@ -41,29 +41,53 @@ _field = dataclasses.field
 
 @dataclasses.dataclass(frozen=True)
 class MaskedLMOptions:
-    next_sentence_prediction: bool = _field(default=True, metadata={
-        "help": "train on A/B pairs with a next-sentence head as well"})
-    short_seq_prob: float = _field(default=0.1, metadata={
-        "min": 0.0, "max": 1.0, "help": "share of documents cut into shorter instances"})
+    next_sentence_prediction: bool = _field(
+        default=True, metadata={"help": "train on A/B pairs with a next-sentence head as well"}
+    )
+    short_seq_prob: float = _field(
+        default=0.1,
+        metadata={"min": 0.0, "max": 1.0, "help": "share of documents cut into shorter instances"},
+    )
     mask_rate: float = _field(default=0.15, metadata={"min_exclusive": 0.0, "max": 1.0})
-    whole_word_masking: bool = _field(default=False, metadata={
-        "help": "mask all pieces of a word together"})
-    max_predictions: int | None = _field(default=None, metadata={
-        "min": 1, "help": "masked tokens per row at most; null: sequence_length x mask_rate"})
-    validation_fraction: float = _field(default=0.05, metadata={
-        "min": 0.0, "max": 0.5, "help": "share of training documents held out as validation "
-                                        "data when data.validation is not given"})
-    seed: int = _field(default=0, metadata={
-        "min": 0, "max": 2**32 - 1,  # as training.seed: what NumPy's seeds take
-        "help": "seeds instances, the validation split and evaluation masks"})
+    whole_word_masking: bool = _field(
+        default=False, metadata={"help": "mask all pieces of a word together"}
+    )
+    max_predictions: int | None = _field(
+        default=None,
+        metadata={
+            "min": 1,
+            "help": "masked tokens per row at most; null: sequence_length x mask_rate",
+        },
+    )
+    validation_fraction: float = _field(
+        default=0.05,
+        metadata={
+            "min": 0.0,
+            "max": 0.5,
+            "help": "share of training documents held out as validation "
+            "data when data.validation is not given",
+        },
+    )
+    seed: int = _field(
+        default=0,
+        metadata={
+            "min": 0,
+            "max": 2**32 - 1,  # as training.seed: what NumPy's seeds take
+            "help": "seeds instances, the validation split and evaluation masks",
+        },
+    )
     top_k: int = _field(default=5, metadata={"min": 1, "help": "predictions per [MASK]"})
 
 
 @dataclasses.dataclass(frozen=True)
 class CorpusData(DataFiles):
-    format: Literal["auto", "text", "jsonl"] = _field(default="auto", metadata={
-        "help": "text: a sentence per line, blank line between documents; jsonl: "
-                '{"text": ...} per line; auto: jsonl for .jsonl/.json files'})
+    format: Literal["auto", "text", "jsonl"] = _field(
+        default="auto",
+        metadata={
+            "help": "text: a sentence per line, blank line between documents; jsonl: "
+            '{"text": ...} per line; auto: jsonl for .jsonl/.json files'
+        },
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,10 +139,15 @@ class MaskedLMTask(Task):
         count = round(len(documents) * self.options.validation_fraction)
         if count < 2 or len(documents) - count < 2:  # next-sentence pairs need 2 documents
             return documents, None
-        held = set(np.random.default_rng([self.options.seed, 2]).choice(
-            len(documents), count, replace=False).tolist())
-        return ([d for i, d in enumerate(documents) if i not in held],
-                [d for i, d in enumerate(documents) if i in held])
+        held = set(
+            np.random.default_rng([self.options.seed, 2])
+            .choice(len(documents), count, replace=False)
+            .tolist()
+        )
+        return (
+            [d for i, d in enumerate(documents) if i not in held],
+            [d for i, d in enumerate(documents) if i in held],
+        )
 
     def featurize(self, examples, training):
         if "[MASK]" not in self.tokenizer.vocabulary:
@@ -128,9 +157,11 @@ class MaskedLMTask(Task):
         rng = np.random.default_rng([self.options.seed, int(training)])
         instances = self._instances(examples, rng)
         packed = [pack_instance(i, self.tokenizer.cls_id, self.tokenizer.sep_id) for i in instances]
-        columns = {"token_ids": [ids for ids, _ in packed],
-                   "segment_ids": [segments for _, segments in packed],
-                   "next_sentence": np.array([i.is_random_next for i in instances], np.int32)}
+        columns = {
+            "token_ids": [ids for ids, _ in packed],
+            "segment_ids": [segments for _, segments in packed],
+            "next_sentence": np.array([i.is_random_next for i in instances], np.int32),
+        }
         if not training:  # masked once, with a fixed seed: every evaluation sees the same
             columns.update(self._evaluation_masks(columns["token_ids"], rng))
         # An instance may join two documents, so rows belong to no single example.
@@ -139,14 +170,22 @@ class MaskedLMTask(Task):
     def _instances(self, documents, rng):
         sentences = [sentence for document in documents for sentence in document.sentences]
         rows = tokenize_in_chunks(self.tokenizer.tokenize, sentences)  # (ids,) per sentence
-        pieces = iter(ids.tolist() for ids, in rows)
+        pieces = iter(ids.tolist() for (ids,) in rows)
         tokenized = [[next(pieces) for _ in document.sentences] for document in documents]
         source, options = documents[0].source if documents else None, self.options
         if options.next_sentence_prediction and len(documents) < 2:
-            raise UserError("next-sentence prediction needs at least 2 documents (a blank line "
-                            "ends one); or set next_sentence_prediction: false", source=source)
-        instances = create_instances(tokenized, self.sequence_length, options.short_seq_prob,
-                                     options.next_sentence_prediction, rng=rng)
+            raise UserError(
+                "next-sentence prediction needs at least 2 documents (a blank line "
+                "ends one); or set next_sentence_prediction: false",
+                source=source,
+            )
+        instances = create_instances(
+            tokenized,
+            self.sequence_length,
+            options.short_seq_prob,
+            options.next_sentence_prediction,
+            rng=rng,
+        )
         if not instances:
             raise UserError("the corpus holds no text", source=source)
         return instances
@@ -157,15 +196,27 @@ class MaskedLMTask(Task):
 
     def _mask(self, token_ids, padding_mask, rng) -> dict:
         """`mask_tokens` on a padded batch; unused prediction slots get the target -1."""
-        special = ((padding_mask == 0) | (token_ids == self.tokenizer.cls_id)
-                   | (token_ids == self.tokenizer.sep_id))
-        starts = (word_start_mask(token_ids, self._continuation_pieces)
-                  if self.options.whole_word_masking else None)
-        masked = mask_tokens(token_ids, special, self.tokenizer.mask_id,
-                             self.tokenizer.vocabulary_size, rng, mask_rate=self.options.mask_rate,
-                             word_starts=starts, max_predictions=self.options.max_predictions
-                             or default_max_predictions(self.sequence_length,
-                                                        self.options.mask_rate))
+        special = (
+            (padding_mask == 0)
+            | (token_ids == self.tokenizer.cls_id)
+            | (token_ids == self.tokenizer.sep_id)
+        )
+        starts = (
+            word_start_mask(token_ids, self._continuation_pieces)
+            if self.options.whole_word_masking
+            else None
+        )
+        masked = mask_tokens(
+            token_ids,
+            special,
+            self.tokenizer.mask_id,
+            self.tokenizer.vocabulary_size,
+            rng,
+            mask_rate=self.options.mask_rate,
+            word_starts=starts,
+            max_predictions=self.options.max_predictions
+            or default_max_predictions(self.sequence_length, self.options.mask_rate),
+        )
         used = masked["mask_weights"] > 0
         masked["mask_ids"] = np.where(used, masked["mask_ids"], -1).astype(np.int32)
         return masked
@@ -176,29 +227,47 @@ class MaskedLMTask(Task):
         padded = np.zeros(padding_mask.shape, np.int32)
         padded[padding_mask] = np.concatenate(token_ids)
         masked = self._mask(padded, padding_mask, rng)
-        return {"token_ids": [row[:n] for row, n in zip(masked["token_ids"], lengths, strict=True)],
-                "mask_positions": masked["mask_positions"], "mask_ids": masked["mask_ids"]}
+        return {
+            "token_ids": [row[:n] for row, n in zip(masked["token_ids"], lengths, strict=True)],
+            "mask_positions": masked["mask_positions"],
+            "mask_ids": masked["mask_ids"],
+        }
 
     def _featurize_queries(self, queries):
         import tensorflow as tf
 
-        token_ids, segment_ids = encode_queries(self.tokenizer, tf.constant(
-            [q.text for q in queries]), self.sequence_length)
+        token_ids, segment_ids = encode_queries(
+            self.tokenizer, tf.constant([q.text for q in queries]), self.sequence_length
+        )
         positions = mask_positions(token_ids, self.tokenizer.mask_id)  # (batch, (masks))
         width = max(1, int(tf.reduce_max(positions.row_lengths())))  # the model needs a slot
-        return Features({"token_ids": split_rows(token_ids), "segment_ids": split_rows(segment_ids),
-                         "mask_positions": positions.to_tensor(shape=[None, width]).numpy(),
-                         "num_masks": positions.row_lengths().numpy()},
-                        example_index=np.arange(len(queries)))
+        return Features(
+            {
+                "token_ids": split_rows(token_ids),
+                "segment_ids": split_rows(segment_ids),
+                "mask_positions": positions.to_tensor(shape=[None, width]).numpy(),
+                "num_masks": positions.row_lengths().numpy(),
+            },
+            example_index=np.arange(len(queries)),
+        )
 
     def make_batch(self, batch, training, rng):
         if is_fill_mask(batch):  # queries: their own masks, nothing to learn
-            return {key: batch[key] for key in ("token_ids", "segment_ids", "padding_mask",
-                                                 "mask_positions")}, None, None
+            return (
+                {
+                    key: batch[key]
+                    for key in ("token_ids", "segment_ids", "padding_mask", "mask_positions")
+                },
+                None,
+                None,
+            )
         masked = self._mask(batch["token_ids"], batch["padding_mask"], rng) if training else batch
-        inputs = {"token_ids": masked["token_ids"], "segment_ids": batch["segment_ids"],
-                  "padding_mask": batch["padding_mask"],
-                  "mask_positions": masked["mask_positions"]}
+        inputs = {
+            "token_ids": masked["token_ids"],
+            "segment_ids": batch["segment_ids"],
+            "padding_mask": batch["padding_mask"],
+            "mask_positions": masked["mask_positions"],
+        }
         # Weight 0 on unused prediction slots (target -1): training normalizes the
         # weights, so the loss is the mean over masked tokens however a batch is split.
         targets = {"mlm": np.maximum(masked["mask_ids"], 0)}
@@ -218,23 +287,30 @@ class MaskedLMTask(Task):
         mlm_head = keras_hub.layers.MaskedLMHead(
             token_embedding=backbone.token_embedding,  # tied output projection
             intermediate_activation=backbone.transformer_layers[0].activation,  # its GELU
-            layer_norm_epsilon=1e-12, kernel_initializer=initializer,
-            dtype=backbone.dtype_policy, name="mlm_head")
+            layer_norm_epsilon=1e-12,
+            kernel_initializer=initializer,
+            dtype=backbone.dtype_policy,
+            name="mlm_head",
+        )
         # (batch, predictions, vocabulary)
         outputs = {"mlm": mlm_head(backbone.output["sequence_output"], mask_positions)}
         if self.options.next_sentence_prediction:  # (batch, 2); class 1: B is random
-            outputs["nsp"] = keras.layers.Dense(2, kernel_initializer=initializer,
-                                                name="nsp_head")(backbone.output["pooled_output"])
-        return keras.Model({**backbone.input, "mask_positions": mask_positions}, outputs,
-                           name="bert_pretraining")
+            outputs["nsp"] = keras.layers.Dense(2, kernel_initializer=initializer, name="nsp_head")(
+                backbone.output["pooled_output"]
+            )
+        return keras.Model(
+            {**backbone.input, "mask_positions": mask_positions}, outputs, name="bert_pretraining"
+        )
 
     def initialize_head(self, model, checkpoint_tensors):
         variables = {variable.path: variable for variable in model.weights}
         for path, value in pretraining_head_weights(checkpoint_tensors).items():
             variable = variables.get(path)  # no nsp_head without next-sentence prediction
             if variable is not None and tuple(variable.shape) != value.shape:
-                raise UserError(f"the checkpoint's pretraining head has shape {value.shape} "
-                                f"for {path}, the model needs {tuple(variable.shape)}")
+                raise UserError(
+                    f"the checkpoint's pretraining head has shape {value.shape} "
+                    f"for {path}, the model needs {tuple(variable.shape)}"
+                )
             if variable is not None:
                 variable.assign(value)
 
@@ -270,25 +346,43 @@ class MaskedLMTask(Task):
 
     def decode(self, examples, features, outputs):
         if is_fill_mask(features.columns):
-            return [self._fill_mask(ids[:count], probabilities[:count]) for ids, probabilities,
-                    count in zip(outputs["top_ids"], outputs["top_probabilities"],
-                                 features.columns["num_masks"], strict=True)]
-        return [{name: values[row].item() for name, values in outputs.items()}
-                for row in range(len(features))]
+            return [
+                self._fill_mask(ids[:count], probabilities[:count])
+                for ids, probabilities, count in zip(
+                    outputs["top_ids"],
+                    outputs["top_probabilities"],
+                    features.columns["num_masks"],
+                    strict=True,
+                )
+            ]
+        return [
+            {name: values[row].item() for name, values in outputs.items()}
+            for row in range(len(features))
+        ]
 
     def _fill_mask(self, ids, probabilities) -> dict:
-        return {"masks": [[{"token": self.tokenizer.vocabulary[i], "score": float(p)}
-                           for i, p in zip(top, scores, strict=True)]
-                          for top, scores in zip(ids, probabilities, strict=True)]}
+        return {
+            "masks": [
+                [
+                    {"token": self.tokenizer.vocabulary[i], "score": float(p)}
+                    for i, p in zip(top, scores, strict=True)
+                ]
+                for top, scores in zip(ids, probabilities, strict=True)
+            ]
+        }
 
     def evaluate(self, examples, predictions):
         count = max(1, sum(p["masked_tokens"] for p in predictions))
         loss = sum(p["loss"] for p in predictions) / count
-        metrics = {"perplexity": float(np.exp(loss)), "mlm_loss": loss,
-                   "masked_accuracy": sum(p["correct"] for p in predictions) / count}
+        metrics = {
+            "perplexity": float(np.exp(loss)),
+            "mlm_loss": loss,
+            "masked_accuracy": sum(p["correct"] for p in predictions) / count,
+        }
         if self.options.next_sentence_prediction:
-            metrics["nsp_accuracy"] = float(np.mean(
-                [p["next_sentence_correct"] for p in predictions]))
+            metrics["nsp_accuracy"] = float(
+                np.mean([p["next_sentence_correct"] for p in predictions])
+            )
         return metrics
 
     def parse_input(self, value):
@@ -298,16 +392,19 @@ class MaskedLMTask(Task):
             value = f"{value[0]} [SEP] {value[1]}"
         if isinstance(value, str) and "[MASK]" in value:
             return FillMaskQuery(value)
-        raise UserError(f"expected a text with [MASK], a [text, text_pair] pair or an object "
-                        f"with 'text' (and 'text_pair'), got {value!r:.80}")
+        raise UserError(
+            f"expected a text with [MASK], a [text, text_pair] pair or an object "
+            f"with 'text' (and 'text_pair'), got {value!r:.80}"
+        )
 
     def write_artifacts(self, backbone, directory):
         """Saves the adapted backbone as a keras-hub preset, `<run>/backbone`."""
         from bertkit.model.backbone import gelu_exact, save_preset
 
         exact = backbone.transformer_layers[0].activation is gelu_exact
-        directory = save_preset(backbone, self.tokenizer, "gelu" if exact else "gelu_tanh",
-                                Path(directory) / "backbone")
+        directory = save_preset(
+            backbone, self.tokenizer, "gelu" if exact else "gelu_tanh", Path(directory) / "backbone"
+        )
         print(f"adapted backbone: {directory} (use it as backbone.preset)")
 
     # ---- export
@@ -317,18 +414,28 @@ class MaskedLMTask(Task):
     def serve(self, model, inputs):
         import tensorflow as tf
 
-        token_ids, segment_ids = encode_queries(self.tokenizer, inputs["text"],
-                                                self.sequence_length)
+        token_ids, segment_ids = encode_queries(
+            self.tokenizer, inputs["text"], self.sequence_length
+        )
         positions = mask_positions(token_ids, self.tokenizer.mask_id)  # (batch, (masks))
-        outputs = model({"token_ids": token_ids.to_tensor(), "segment_ids": segment_ids.to_tensor(),
-                         "padding_mask": tf.ones_like(token_ids).to_tensor(),
-                         "mask_positions": positions.to_tensor()}, training=False)
+        outputs = model(
+            {
+                "token_ids": token_ids.to_tensor(),
+                "segment_ids": segment_ids.to_tensor(),
+                "padding_mask": tf.ones_like(token_ids).to_tensor(),
+                "mask_positions": positions.to_tensor(),
+            },
+            training=False,
+        )
         probabilities = tf.nn.softmax(tf.cast(outputs["mlm"], tf.float32))
         scores, ids = tf.math.top_k(probabilities, k=self.options.top_k)  # (batch, masks, k)
         used = tf.sequence_mask(positions.row_lengths(), tf.shape(ids)[1])[:, :, None]
         tokens = tf.gather(tf.constant(self.tokenizer.vocabulary), ids)
-        return {"tokens": tf.where(used, tokens, ""), "scores": tf.where(used, scores, 0.0),
-                "num_masks": tf.cast(positions.row_lengths(), tf.int32)}
+        return {
+            "tokens": tf.where(used, tokens, ""),
+            "scores": tf.where(used, scores, 0.0),
+            "num_masks": tf.cast(positions.row_lengths(), tf.int32),
+        }
 
 
 def is_fill_mask(columns) -> bool:

@@ -59,12 +59,14 @@ class SpanQAPreprocessor:
         True
     """
 
-    def __init__(self, tokenizer, sequence_length: int, max_query_length: int,
-                 doc_stride: int):
+    def __init__(self, tokenizer, sequence_length: int, max_query_length: int, doc_stride: int):
         if sequence_length - max_query_length - 3 < 1:
-            raise UserError(f"a question of {max_query_length} word pieces leaves no room for "
-                            f"the context in {sequence_length}; lower it below "
-                            f"{sequence_length - 3}", key="task.max_query_length")
+            raise UserError(
+                f"a question of {max_query_length} word pieces leaves no room for "
+                f"the context in {sequence_length}; lower it below "
+                f"{sequence_length - 3}",
+                key="task.max_query_length",
+            )
         self.tokenizer = tokenizer
         self.sequence_length = sequence_length
         self.max_query_length = max_query_length
@@ -85,16 +87,23 @@ class SpanQAPreprocessor:
         questions = tokenize_in_chunks(self.tokenizer.tokenize, [e.question for e in examples])
         unique = list(dict.fromkeys(e.context for e in examples))
         pieces = tokenize_in_chunks(self.tokenizer.tokenize_with_offsets, unique)
-        contexts = {text: (ids, *character_offsets(text, starts, ends))
-                    for text, (ids, starts, ends) in zip(unique, pieces, strict=True)}
+        contexts = {
+            text: (ids, *character_offsets(text, starts, ends))
+            for text, (ids, starts, ends) in zip(unique, pieces, strict=True)
+        }
         rows, example_index = [], []
         for index, (example, (question,)) in enumerate(zip(examples, questions, strict=True)):
             context = contexts[example.context]
             example_rows = question_window_rows(
-                question[:self.max_query_length], context,
-                answer_tokens(example, *context[1:]), cls_id=self.tokenizer.cls_id,
-                sep_id=self.tokenizer.sep_id, sequence_length=self.sequence_length,
-                doc_stride=self.doc_stride, training=training)
+                question[: self.max_query_length],
+                context,
+                answer_tokens(example, *context[1:]),
+                cls_id=self.tokenizer.cls_id,
+                sep_id=self.tokenizer.sep_id,
+                sequence_length=self.sequence_length,
+                doc_stride=self.doc_stride,
+                training=training,
+            )
             rows += example_rows
             example_index += [index] * len(example_rows)
         columns = {name: [row[name] for row in rows] for name in ("token_ids", "segment_ids")}
@@ -116,21 +125,39 @@ class SpanQAPreprocessor:
 
         from bertkit_tasks.span_qa.span_decoding import batch_span_candidates
 
-        questions = self.tokenizer.tokenize(inputs["question"])[:, :self.max_query_length]
+        questions = self.tokenizer.tokenize(inputs["question"])[:, : self.max_query_length]
         pieces, byte_starts, byte_ends = self.tokenizer.tokenize_with_offsets(inputs["context"])
-        windows = graph_question_windows(self.tokenizer, questions, pieces,
-                                         self.sequence_length, self.doc_stride)
+        windows = graph_question_windows(
+            self.tokenizer, questions, pieces, self.sequence_length, self.doc_stride
+        )
         start_ok, end_ok = batch_span_candidates(  # each (rows, longest row)
-            windows["questions"], windows["tokens"], windows["starts"], windows["ends"],
-            tf.shape(pieces.flat_values, out_type=tf.int64)[0])
+            windows["questions"],
+            windows["tokens"],
+            windows["starts"],
+            windows["ends"],
+            tf.shape(pieces.flat_values, out_type=tf.int64)[0],
+        )
         lengths = windows["token_ids"].row_lengths()
-        return {**windows, "byte_starts": byte_starts, "byte_ends": byte_ends,
-                "starts_ok": tf.RaggedTensor.from_tensor(start_ok, lengths=lengths),
-                "ends_ok": tf.RaggedTensor.from_tensor(end_ok, lengths=lengths)}
+        return {
+            **windows,
+            "byte_starts": byte_starts,
+            "byte_ends": byte_ends,
+            "starts_ok": tf.RaggedTensor.from_tensor(start_ok, lengths=lengths),
+            "ends_ok": tf.RaggedTensor.from_tensor(end_ok, lengths=lengths),
+        }
 
 
-def question_window_rows(question, context, answer, *, cls_id: int, sep_id: int,
-                         sequence_length: int, doc_stride: int, training: bool) -> list[dict]:
+def question_window_rows(
+    question,
+    context,
+    answer,
+    *,
+    cls_id: int,
+    sep_id: int,
+    sequence_length: int,
+    doc_stride: int,
+    training: bool,
+) -> list[dict]:
     """The rows of one question, with the answer's positions and what decoding needs.
 
     Args:
@@ -166,25 +193,29 @@ def question_window_rows(question, context, answer, *, cls_id: int, sep_id: int,
         starts_ok, ends_ok = span_candidates(windows, offset, sequence_length)
     rows = []
     for index, (first, last) in enumerate(windows):
-        ids = np.concatenate([[cls_id], question, [sep_id], pieces[first:last],
-                              [sep_id]]).astype(np.int32)
+        ids = np.concatenate([[cls_id], question, [sep_id], pieces[first:last], [sep_id]]).astype(
+            np.int32
+        )
         inside = answer is not None and first <= answer[0] and answer[1] < last
-        row = {"token_ids": ids,
-               "segment_ids": (np.arange(len(ids)) >= offset).astype(np.int32),
-               "start_positions": offset + answer[0] - first if inside else 0,
-               "end_positions": offset + answer[1] - first if inside else 0}
+        row = {
+            "token_ids": ids,
+            "segment_ids": (np.arange(len(ids)) >= offset).astype(np.int32),
+            "start_positions": offset + answer[0] - first if inside else 0,
+            "end_positions": offset + answer[1] - first if inside else 0,
+        }
         if not training:
             for name, values in (("char_starts", char_starts), ("char_ends", char_ends)):
                 row[name] = np.full(len(ids), -1, dtype=np.int64)
-                row[name][offset:offset + last - first] = values[first:last]
-            row["starts_ok"] = np.array(starts_ok[index][:len(ids)])
-            row["ends_ok"] = np.array(ends_ok[index][:len(ids)])
+                row[name][offset : offset + last - first] = values[first:last]
+            row["starts_ok"] = np.array(starts_ok[index][: len(ids)])
+            row["ends_ok"] = np.array(ends_ok[index][: len(ids)])
         rows.append(row)
     return rows
 
 
-def graph_question_windows(tokenizer, questions, pieces, sequence_length: int,
-                           doc_stride: int) -> dict:
+def graph_question_windows(
+    tokenizer, questions, pieces, sequence_length: int, doc_stride: int
+) -> dict:
     """`question_window_rows` in TensorFlow ops, for a batch of questions and contexts.
 
     Args:
@@ -215,19 +246,29 @@ def graph_question_windows(tokenizer, questions, pieces, sequence_length: int,
     from bertkit.windows import batch_sliding_windows
 
     example_index, starts, ends = batch_sliding_windows(  # context pieces per window
-        pieces.row_lengths(), sequence_length - 3 - questions.row_lengths(), doc_stride)
+        pieces.row_lengths(), sequence_length - 3 - questions.row_lengths(), doc_stride
+    )
     first_piece = tf.gather(pieces.row_splits[:-1], example_index)  # of the window's context
     starts, ends = starts + first_piece, ends + first_piece  # now into pieces.flat_values
     tokens = tf.ragged.range(starts, ends)  # (windows, (pieces))
     window_questions = tf.gather(questions, example_index)
     token_ids, segment_ids = tokenizer.pack(
-        [window_questions, tf.gather(pieces.flat_values, tokens)], sequence_length)
-    return {"token_ids": token_ids, "segment_ids": segment_ids, "example_index": example_index,
-            "starts": starts, "ends": ends, "tokens": tokens, "questions": window_questions}
+        [window_questions, tf.gather(pieces.flat_values, tokens)], sequence_length
+    )
+    return {
+        "token_ids": token_ids,
+        "segment_ids": segment_ids,
+        "example_index": example_index,
+        "starts": starts,
+        "ends": ends,
+        "tokens": tokens,
+        "questions": window_questions,
+    }
 
 
-def graph_answer_text(contexts, byte_starts, byte_ends, windows: dict, window, start_index,
-                      end_index, answered):
+def graph_answer_text(
+    contexts, byte_starts, byte_ends, windows: dict, window, start_index, end_index, answered
+):
     """(TF) Answers cut from their contexts: text, character start and end ("", 0, 0 if none).
 
     Args:
@@ -261,9 +302,11 @@ def graph_answer_text(contexts, byte_starts, byte_ends, windows: dict, window, s
     # the context piece that position 0 would hold: [CLS] question [SEP] come first
     piece_of_position_0 = tf.gather(windows["starts"], window) - question_pieces - 2
     byte_start, byte_end = (
-        _gather_or_zero(offsets.flat_values, piece_of_position_0 + tf.cast(index, tf.int64),
-                        answered)
-        for offsets, index in ((byte_starts, start_index), (byte_ends, end_index)))
+        _gather_or_zero(
+            offsets.flat_values, piece_of_position_0 + tf.cast(index, tf.int64), answered
+        )
+        for offsets, index in ((byte_starts, start_index), (byte_ends, end_index))
+    )
     return batch_substrings(contexts, byte_start, byte_end)
 
 

@@ -32,22 +32,46 @@ def scores_by_question_word(examples, answers: list[str], version: str) -> list[
         em = max(exact_match(answer, gold) for gold in golds)
         f1 = max(f1_score(answer, gold, version) for gold in golds)
         groups.setdefault(question_word(example.question), []).append((em, f1))
-    rows = [[word, len(scores), 100 * sum(s[0] for s in scores) / len(scores),
-             100 * sum(s[1] for s in scores) / len(scores)] for word, scores in groups.items()]
+    rows = [
+        [
+            word,
+            len(scores),
+            100 * sum(s[0] for s in scores) / len(scores),
+            100 * sum(s[1] for s in scores) / len(scores),
+        ]
+        for word, scores in groups.items()
+    ]
     return sorted(rows, key=lambda row: (-row[1], row[0]))
 
 
 def qa_report(examples, predictions, metrics: dict, version: str, threshold: float) -> str:
     answers = [p["answer"] for p in predictions]
-    lines = ["## Exact match and F1 by question word", "",
-             markdown_table(["question word", "questions", "exact match", "F1"],
-                            scores_by_question_word(examples, answers, version))]
+    lines = [
+        "## Exact match and F1 by question word",
+        "",
+        markdown_table(
+            ["question word", "questions", "exact match", "F1"],
+            scores_by_question_word(examples, answers, version),
+        ),
+    ]
     if version == "2.0":
-        rows = [[split, metrics.get(f"{split}_total", ""), metrics.get(f"{split}_exact", ""),
-                 metrics.get(f"{split}_f1", "")] for split in ("HasAns", "NoAns")
-                if f"{split}_total" in metrics]
-        lines += ["", "## Has answer / no answer", "",
-                  f"No-answer threshold: {threshold:.4f} (a question is answered \"\" when "
-                  "null score - best span score exceeds it).", "",
-                  markdown_table(["questions", "count", "exact match", "F1"], rows)]
+        rows = [
+            [
+                split,
+                metrics.get(f"{split}_total", ""),
+                metrics.get(f"{split}_exact", ""),
+                metrics.get(f"{split}_f1", ""),
+            ]
+            for split in ("HasAns", "NoAns")
+            if f"{split}_total" in metrics
+        ]
+        lines += [
+            "",
+            "## Has answer / no answer",
+            "",
+            f'No-answer threshold: {threshold:.4f} (a question is answered "" when '
+            "null score - best span score exceeds it).",
+            "",
+            markdown_table(["questions", "count", "exact match", "F1"], rows),
+        ]
     return "\n".join(lines)

@@ -86,9 +86,15 @@ def decode_answer_spans(
     }
 
 
-def decode_answer_rows(start_logits: list, end_logits: list, example_ids,
-                       start_candidates: list, end_candidates: list,
-                       max_answer_length: int = 30, n_best_size: int = 20) -> dict[str, np.ndarray]:
+def decode_answer_rows(
+    start_logits: list,
+    end_logits: list,
+    example_ids,
+    start_candidates: list,
+    end_candidates: list,
+    max_answer_length: int = 30,
+    n_best_size: int = 20,
+) -> dict[str, np.ndarray]:
     """`decode_answer_spans` for rows of different lengths, NumPy in and out.
 
     The rows (one 1-D array each, as `Features` keep them) are padded to the
@@ -106,18 +112,24 @@ def decode_answer_rows(start_logits: list, end_logits: list, example_ids,
     def padded(rows, dtype):  # (rows, width)
         array = np.zeros((len(rows), width), dtype=dtype)
         for i, row in enumerate(rows):
-            array[i, :len(row)] = row
+            array[i, : len(row)] = row
         return tf.constant(array)
 
     spans = decode_answer_spans(
-        padded(start_logits, np.float32), padded(end_logits, np.float32),
-        tf.constant(example_ids, tf.int32), padded(start_candidates, bool),
-        padded(end_candidates, bool), max_answer_length, n_best_size)
+        padded(start_logits, np.float32),
+        padded(end_logits, np.float32),
+        tf.constant(example_ids, tf.int32),
+        padded(start_candidates, bool),
+        padded(end_candidates, bool),
+        max_answer_length,
+        n_best_size,
+    )
     return {name: value.numpy() for name, value in spans.items()}
 
 
-def tuned_null_threshold(best_threshold: float, null_score_diffs: list[float], *,
-                         answer_none: bool = False) -> float:
+def tuned_null_threshold(
+    best_threshold: float, null_score_diffs: list[float], *, answer_none: bool = False
+) -> float:
     """The official best-F1 "no answer" threshold, moved halfway to the next `null_score_diff`.
 
     Every threshold in between gives the same validation F1; the midpoint
@@ -260,7 +272,9 @@ def batch_span_candidates(questions, tokens, starts, ends, num_tokens):
     def layout(flags):  # ragged (windows, (tokens)) -> (windows, seq) bool
         packed, _ = tf_text.combine_segments(
             [tf.zeros_like(questions), tf.cast(flags, tf.int32)],
-            start_of_sequence_id=0, end_of_segment_id=0)
+            start_of_sequence_id=0,
+            end_of_segment_id=0,
+        )
         return packed.to_tensor() > 0
 
     owners = max_context_flags(tokens, starts, ends, num_tokens)

@@ -20,6 +20,7 @@ from bertkit.files import json_lines, kind_from_name, parse_json, read_text
 # How many question ids a SkippedReport names; the count covers all of them.
 MAX_REPORTED_IDS = 5
 
+
 @dataclasses.dataclass(frozen=True)
 class QAExample:
     """One question about one context, with its gold answers (none if impossible).
@@ -156,8 +157,7 @@ def _squad_question(qa, context: str, path, where: dict) -> dict:
 def _json_lines_records(text: str, path) -> list[tuple[dict, dict]]:
     # Not splitlines(): U+2028 and friends may sit unescaped inside JSON strings.
     lines = enumerate(text.split("\n"), start=1)
-    return [(record, {"line": number})
-            for number, record in json_lines(lines, path, objects=True)]
+    return [(record, {"line": number}) for number, record in json_lines(lines, path, objects=True)]
 
 
 def _build_examples(records, path) -> tuple[list[QAExample], SkippedReport]:

@@ -37,20 +37,35 @@ _DECODE_EXAMPLES = 128  # examples per decode_answer_spans call: bounds its (win
 
 @dataclasses.dataclass(frozen=True)
 class SpanQAOptions:
-    version: Literal["1.1", "2.0"] = _field(default="1.1", metadata={
-        "help": "SQuAD version; '2.0' allows unanswerable questions (quote it in YAML)"})
-    max_query_length: int = _field(default=64, metadata={
-        "min": 1, "help": "question word pieces kept; longer questions are cut"})
-    doc_stride: int = _field(default=128, metadata={
-        "min": 1, "help": "word pieces between the starts of consecutive context windows"})
+    version: Literal["1.1", "2.0"] = _field(
+        default="1.1",
+        metadata={"help": "SQuAD version; '2.0' allows unanswerable questions (quote it in YAML)"},
+    )
+    max_query_length: int = _field(
+        default=64,
+        metadata={"min": 1, "help": "question word pieces kept; longer questions are cut"},
+    )
+    doc_stride: int = _field(
+        default=128,
+        metadata={
+            "min": 1,
+            "help": "word pieces between the starts of consecutive context windows",
+        },
+    )
     n_best_size: int = _field(default=20, metadata={"min": 1, "help": "answer spans decoded"})
-    max_answer_length: int = _field(default=30, metadata={
-        "min": 1, "help": "longest answer, in word pieces"})
-    null_score_threshold: float | None = _field(default=None, metadata={
-        "help": "v2.0: answer '' when null score - best span score exceeds it; null: tuned on "
-                "the validation set after training (0.0 without one)"})
-    return_n_best: bool = _field(default=False, metadata={
-        "help": "add the n best spans to every prediction"})
+    max_answer_length: int = _field(
+        default=30, metadata={"min": 1, "help": "longest answer, in word pieces"}
+    )
+    null_score_threshold: float | None = _field(
+        default=None,
+        metadata={
+            "help": "v2.0: answer '' when null score - best span score exceeds it; null: tuned on "
+            "the validation set after training (0.0 without one)"
+        },
+    )
+    return_n_best: bool = _field(
+        default=False, metadata={"help": "add the n best spans to every prediction"}
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +107,11 @@ class SpanQATask(Task):
         if self.options.version == "1.1":
             for example in examples:
                 if example.is_impossible:
-                    raise UserError(f"question {example.id!r} has no answer, which SQuAD v1.1 "
-                                    "does not allow; set task.version: '2.0'", source=path)
+                    raise UserError(
+                        f"question {example.id!r} has no answer, which SQuAD v1.1 "
+                        "does not allow; set task.version: '2.0'",
+                        source=path,
+                    )
         return examples
 
     @property
@@ -106,8 +124,12 @@ class SpanQATask(Task):
     def preprocessor(self) -> SpanQAPreprocessor:
         """Made when asked for, so that a question too long for the rows is an error when
         rows are made (`featurize`, export), not when a recipe's data is read."""
-        return SpanQAPreprocessor(self.tokenizer, self.sequence_length,
-                                  self.options.max_query_length, self.options.doc_stride)
+        return SpanQAPreprocessor(
+            self.tokenizer,
+            self.sequence_length,
+            self.options.max_query_length,
+            self.options.doc_stride,
+        )
 
     def featurize(self, examples, training):
         """One row per window; targets are the answer's tokens in it, else [CLS] (0)."""
@@ -124,9 +146,9 @@ class SpanQATask(Task):
         from keras import ops
 
         sequence = backbone.output["sequence_output"]  # (batch, seq, hidden)
-        logits = keras.layers.Dense(
-            2, name="span_logits",
-            kernel_initializer=head_initializer())(sequence)
+        logits = keras.layers.Dense(2, name="span_logits", kernel_initializer=head_initializer())(
+            sequence
+        )
         padding = ops.cast(ops.expand_dims(backbone.input["padding_mask"], -1), "float32")
         logits = ops.cast(logits, "float32") + (1.0 - padding) * _MASKED_LOGIT  # (b, seq, 2)
         return keras.Model(backbone.input, logits, name="bert_span_qa")
@@ -145,34 +167,55 @@ class SpanQATask(Task):
             last = min(first + _DECODE_EXAMPLES, len(examples))
             rows = np.arange(splits[first], splits[last])
             spans = decode_answer_rows(
-                [logits[row][:, 0] for row in rows], [logits[row][:, 1] for row in rows],
-                features.example_index[rows] - first, [extras["starts_ok"][row] for row in rows],
-                [extras["ends_ok"][row] for row in rows], self.options.max_answer_length,
-                self.options.n_best_size)
-            predictions += [self._prediction(examples[i], extras, rows, spans, i - first)
-                            for i in range(first, last)]
+                [logits[row][:, 0] for row in rows],
+                [logits[row][:, 1] for row in rows],
+                features.example_index[rows] - first,
+                [extras["starts_ok"][row] for row in rows],
+                [extras["ends_ok"][row] for row in rows],
+                self.options.max_answer_length,
+                self.options.n_best_size,
+            )
+            predictions += [
+                self._prediction(examples[i], extras, rows, spans, i - first)
+                for i in range(first, last)
+            ]
         return predictions
 
     def _prediction(self, example, extras, rows, spans, i) -> dict:
         from bertkit_tasks.span_qa.span_decoding import answer_char_span
 
         n_best = []
-        for window, start, end, score in zip(spans["window_index"][i], spans["start_index"][i],
-                                             spans["end_index"][i], spans["span_score"][i],
-                                             strict=True):
+        for window, start, end, score in zip(
+            spans["window_index"][i],
+            spans["start_index"][i],
+            spans["end_index"][i],
+            spans["span_score"][i],
+            strict=True,
+        ):
             if window < 0:
                 break  # fewer valid spans than n_best_size
             row = rows[window]
-            start_char, end_char = answer_char_span(extras["char_starts"][row],
-                                                    extras["char_ends"][row], start, end)
-            n_best.append({"answer": example.context[start_char:end_char], "start": start_char,
-                           "end": end_char, "score": float(score)})
+            start_char, end_char = answer_char_span(
+                extras["char_starts"][row], extras["char_ends"][row], start, end
+            )
+            n_best.append(
+                {
+                    "answer": example.context[start_char:end_char],
+                    "start": start_char,
+                    "end": end_char,
+                    "score": float(score),
+                }
+            )
         v2, null_score_diff = self.options.version == "2.0", spans["null_score_diff"][i]
         # float32 comparison, as in the SavedModel
         answered = bool(n_best) and not (
-            v2 and null_score_diff > np.float32(self.null_score_threshold))
-        prediction = dict(n_best[0]) if answered else {
-            "answer": "", "start": -1, "end": -1, "score": float(spans["null_score"][i])}
+            v2 and null_score_diff > np.float32(self.null_score_threshold)
+        )
+        prediction = (
+            dict(n_best[0])
+            if answered
+            else {"answer": "", "start": -1, "end": -1, "score": float(spans["null_score"][i])}
+        )
         if v2:
             prediction["null_score_diff"] = float(null_score_diff)
             prediction["best_span"] = n_best[0]["answer"] if n_best else ""
@@ -188,26 +231,49 @@ class SpanQATask(Task):
             return squad_eval.evaluate(examples, answers, version="1.1")
         metrics = squad_eval.evaluate(examples, answers, version="2.0")
         # The best threshold, searched with every question answered by its best span.
-        best = squad_eval.evaluate(examples, _by_id(examples, predictions, "best_span"),
-                                   _by_id(examples, predictions, "null_score_diff"))
+        best = squad_eval.evaluate(
+            examples,
+            _by_id(examples, predictions, "best_span"),
+            _by_id(examples, predictions, "null_score_diff"),
+        )
         return {**metrics, **{key: value for key, value in best.items() if key.startswith("best_")}}
 
     def report(self, examples, predictions, directory):
         from bertkit_tasks.span_qa.report import qa_report
 
-        return qa_report(examples, predictions, self.evaluate(examples, predictions),
-                         self.options.version, self.null_score_threshold)
+        return qa_report(
+            examples,
+            predictions,
+            self.evaluate(examples, predictions),
+            self.options.version,
+            self.null_score_threshold,
+        )
 
     def parse_input(self, value):
-        if (isinstance(value, (list, tuple)) and len(value) == 2
-                and all(isinstance(text, str) for text in value)):
+        if (
+            isinstance(value, (list, tuple))
+            and len(value) == 2
+            and all(isinstance(text, str) for text in value)
+        ):
             return Question("", value[0], value[1], (), (), False)
-        if (isinstance(value, dict) and isinstance(value.get("question"), str)
-                and isinstance(value.get("context"), str)):
-            return Question(str(value.get("id", "")), value["question"], value["context"], (), (),
-                            False, n_best=bool(value.get("n_best", False)))
-        raise UserError(f"expected an object with 'question' and 'context' or a [question, "
-                        f"context] pair, got {value!r:.80}")
+        if (
+            isinstance(value, dict)
+            and isinstance(value.get("question"), str)
+            and isinstance(value.get("context"), str)
+        ):
+            return Question(
+                str(value.get("id", "")),
+                value["question"],
+                value["context"],
+                (),
+                (),
+                False,
+                n_best=bool(value.get("n_best", False)),
+            )
+        raise UserError(
+            f"expected an object with 'question' and 'context' or a [question, "
+            f"context] pair, got {value!r:.80}"
+        )
 
     def calibrate(self, examples, predictions):
         """v2.0 without a recipe threshold: the best-F1 no-answer threshold on validation."""
@@ -217,9 +283,13 @@ class SpanQATask(Task):
             return None
         scores = self.evaluate(examples, predictions)
         unanswered = sum(not example.answers for example in examples)
-        return {"null_score_threshold": tuned_null_threshold(
-            scores["best_f1_thresh"], [p["null_score_diff"] for p in predictions],
-            answer_none=scores["best_f1"] <= 100.0 * unanswered / len(examples))}
+        return {
+            "null_score_threshold": tuned_null_threshold(
+                scores["best_f1_thresh"],
+                [p["null_score_diff"] for p in predictions],
+                answer_none=scores["best_f1"] <= 100.0 * unanswered / len(examples),
+            )
+        }
 
     def write_predictions(self, examples, predictions, directory):
         """`predictions.json`, `{id: answer}` as the official scripts read it; v2.0 adds
@@ -228,11 +298,13 @@ class SpanQATask(Task):
 
         from bertkit_tasks.span_qa import squad_eval
 
-        squad_eval.write_predictions(Path(directory) / "predictions.json",
-                                     _by_id(examples, predictions, "answer"))
+        squad_eval.write_predictions(
+            Path(directory) / "predictions.json", _by_id(examples, predictions, "answer")
+        )
         if self.options.version == "2.0":
-            squad_eval.write_predictions(Path(directory) / "null_odds.json",
-                                         _by_id(examples, predictions, "null_score_diff"))
+            squad_eval.write_predictions(
+                Path(directory) / "null_odds.json", _by_id(examples, predictions, "null_score_diff")
+            )
 
     # ---- export
     def serving_inputs(self):
@@ -248,16 +320,28 @@ class SpanQATask(Task):
         contexts = inputs["context"]
         windows = self.preprocessor().serve(inputs)  # ragged rows, (windows, (tokens))
         token_ids = windows["token_ids"]
-        logits = tf.cast(model({"token_ids": token_ids.to_tensor(),
-                                "segment_ids": windows["segment_ids"].to_tensor(),
-                                "padding_mask": tf.ones_like(token_ids).to_tensor()},
-                               training=False), tf.float32)  # (windows, seq, 2)
+        logits = tf.cast(
+            model(
+                {
+                    "token_ids": token_ids.to_tensor(),
+                    "segment_ids": windows["segment_ids"].to_tensor(),
+                    "padding_mask": tf.ones_like(token_ids).to_tensor(),
+                },
+                training=False,
+            ),
+            tf.float32,
+        )  # (windows, seq, 2)
 
         # ---- decoding: the rule of `decode`, with candidate masks laid out like token_ids
         spans = decode_answer_spans(
-            logits[:, :, 0], logits[:, :, 1], tf.cast(windows["example_index"], tf.int32),
-            windows["starts_ok"].to_tensor(), windows["ends_ok"].to_tensor(),
-            self.options.max_answer_length, n_best_size=1)
+            logits[:, :, 0],
+            logits[:, :, 1],
+            tf.cast(windows["example_index"], tf.int32),
+            windows["starts_ok"].to_tensor(),
+            windows["ends_ok"].to_tensor(),
+            self.options.max_answer_length,
+            n_best_size=1,
+        )
 
         # ---- the best span's text and character offsets, cut from the context's bytes
         window = tf.maximum(spans["window_index"][:, 0], 0)  # (examples,)
@@ -265,11 +349,21 @@ class SpanQATask(Task):
         if self.options.version == "2.0":
             answered &= spans["null_score_diff"] <= self.null_score_threshold
         answer, start, end = graph_answer_text(
-            contexts, windows["byte_starts"], windows["byte_ends"], windows, window,
-            spans["start_index"][:, 0], spans["end_index"][:, 0], answered)
-        outputs = {"answer": answer,
-                   "start": tf.where(answered, start, -1), "end": tf.where(answered, end, -1),
-                   "score": tf.where(answered, spans["span_score"][:, 0], spans["null_score"])}
+            contexts,
+            windows["byte_starts"],
+            windows["byte_ends"],
+            windows,
+            window,
+            spans["start_index"][:, 0],
+            spans["end_index"][:, 0],
+            answered,
+        )
+        outputs = {
+            "answer": answer,
+            "start": tf.where(answered, start, -1),
+            "end": tf.where(answered, end, -1),
+            "score": tf.where(answered, spans["span_score"][:, 0], spans["null_score"]),
+        }
         if self.options.version == "2.0":
             outputs["null_score_diff"] = spans["null_score_diff"]
         return outputs
@@ -280,7 +374,8 @@ def span_loss(targets, logits):
     from keras import ops
 
     per_side = ops.sparse_categorical_crossentropy(  # (batch, 2)
-        ops.cast(targets, "int32"), ops.transpose(logits, (0, 2, 1)), from_logits=True)
+        ops.cast(targets, "int32"), ops.transpose(logits, (0, 2, 1)), from_logits=True
+    )
     return ops.mean(per_side, axis=-1)
 
 

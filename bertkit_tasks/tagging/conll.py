@@ -157,9 +157,7 @@ def _json_object(text: str, source: str, line: int) -> dict:
     record = parse_json(text, source, line)
     if not isinstance(record, dict):
         raise UserError(
-            'expected a JSON object like {"tokens": [...], "tags": [...]}',
-            source=source,
-            line=line,
+            'expected a JSON object like {"tokens": [...], "tags": [...]}', source=source, line=line
         )
     return record
 

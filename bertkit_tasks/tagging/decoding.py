@@ -162,8 +162,9 @@ def word_probabilities(row_logits, read_at, num_labels: int) -> list[np.ndarray]
     """
     probabilities = []
     for read in read_at:
-        logits = np.array([row_logits[row][position] for row, position in read],
-                          dtype=np.float64).reshape(-1, num_labels)  # (words, labels)
+        logits = np.array(
+            [row_logits[row][position] for row, position in read], dtype=np.float64
+        ).reshape(-1, num_labels)  # (words, labels)
         exp = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities.append(exp / exp.sum(axis=1, keepdims=True))
     return probabilities
@@ -177,10 +178,12 @@ def sentence_batch(per_sentence: list, num_labels: int) -> tf.RaggedTensor:
         >>> batch.row_lengths().numpy().tolist(), batch.values.shape.as_list()
         ([2, 0], [2, 3])
     """
-    flat = np.concatenate([np.zeros((0, num_labels)),
-                           *(np.reshape(rows, (-1, num_labels)) for rows in per_sentence)])
-    return tf.RaggedTensor.from_row_lengths(flat.astype(np.float32),
-                                            [len(rows) for rows in per_sentence])
+    flat = np.concatenate(
+        [np.zeros((0, num_labels)), *(np.reshape(rows, (-1, num_labels)) for rows in per_sentence)]
+    )
+    return tf.RaggedTensor.from_row_lengths(
+        flat.astype(np.float32), [len(rows) for rows in per_sentence]
+    )
 
 
 def choose_tags(probabilities: tf.RaggedTensor, allowed=None) -> tf.RaggedTensor:
@@ -220,13 +223,17 @@ def choose_tags(probabilities: tf.RaggedTensor, allowed=None) -> tf.RaggedTensor
     best = text.viterbi_constrained_sequence(
         probabilities.with_values(log_probabilities),
         allowed_transitions=tf.convert_to_tensor(allowed, tf.bool),
-        use_log_space=True, use_start_and_end_states=True)  # -1 where no sequence is allowed
-    return argmax_ids.with_values(tf.where(best.values < 0, most_probable,
-                                           tf.cast(best.values, tf.int32)))
+        use_log_space=True,
+        use_start_and_end_states=True,
+    )  # -1 where no sequence is allowed
+    return argmax_ids.with_values(
+        tf.where(best.values < 0, most_probable, tf.cast(best.values, tf.int32))
+    )
 
 
-def graph_entities(texts, byte_starts, byte_ends, word_logits, labels: list[str],
-                   allowed=None) -> dict:
+def graph_entities(
+    texts, byte_starts, byte_ends, word_logits, labels: list[str], allowed=None
+) -> dict:
     """Entities of raw texts from their words' logits, in TensorFlow ops (for SavedModels).
 
     The same rule as Python prediction: a word's tag comes from `choose_tags`
@@ -266,14 +273,18 @@ def graph_entities(texts, byte_starts, byte_ends, word_logits, labels: list[str]
     scores = tf.reduce_mean(tf.gather(chosen, tf.ragged.range(first, last + 1)), axis=1)
     entity_texts, start, end = batch_substrings(  # characters
         tf.gather(texts, chunks["start_word"].value_rowids()),
-        tf.gather(byte_starts.values, first), tf.gather(byte_ends.values, last))
+        tf.gather(byte_starts.values, first),
+        tf.gather(byte_ends.values, last),
+    )
 
     def dense(values, default):  # (entities in batch,) -> (batch, most entities)
         return chunks["types"].with_values(values).to_tensor(default)
 
-    return {"entity_text": dense(entity_texts, ""),
-            "entity_type": chunks["types"].to_tensor(""),
-            "entity_start": dense(tf.cast(start, tf.int32), -1),
-            "entity_end": dense(tf.cast(end, tf.int32), -1),
-            "entity_score": dense(scores, 0.0),
-            "entity_count": tf.cast(chunks["types"].row_lengths(), tf.int32)}
+    return {
+        "entity_text": dense(entity_texts, ""),
+        "entity_type": chunks["types"].to_tensor(""),
+        "entity_start": dense(tf.cast(start, tf.int32), -1),
+        "entity_end": dense(tf.cast(end, tf.int32), -1),
+        "entity_score": dense(scores, 0.0),
+        "entity_count": tf.cast(chunks["types"].row_lengths(), tf.int32),
+    }

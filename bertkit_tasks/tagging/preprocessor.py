@@ -70,14 +70,21 @@ class TaggingPreprocessor:
         ([[2, 4, 5, 6, 3], [2, 7, 3]], [[[0, 1], [0, 2], [1, 1]]])
     """
 
-    def __init__(self, tokenizer, sequence_length: int, window_stride: int | None = None,
-                 label_all_subtokens: bool = False):
+    def __init__(
+        self,
+        tokenizer,
+        sequence_length: int,
+        window_stride: int | None = None,
+        label_all_subtokens: bool = False,
+    ):
         self.tokenizer = tokenizer
         self.window_size = sequence_length - 2  # pieces between [CLS] and [SEP]
         self.stride = window_stride or max(1, self.window_size // 2)
         if self.stride > self.window_size:
-            raise UserError(f"must be at most sequence_length - 2 = {self.window_size}, "
-                            f"got {self.stride}", key="task.window_stride")
+            raise UserError(
+                f"must be at most sequence_length - 2 = {self.window_size}, got {self.stride}",
+                key="task.window_stride",
+            )
         self.max_word_pieces = self.window_size - self.stride + 1
         self.label_all_subtokens = label_all_subtokens
 
@@ -97,22 +104,33 @@ class TaggingPreprocessor:
         token_ids, row_labels, example_index, read_at, char_offsets = [], [], [], [], []
         word_pieces = sentence_word_pieces(self.tokenizer, examples, self.max_word_pieces)
         for index, ((pieces, lengths, chars), word_labels) in enumerate(
-                zip(word_pieces, labels, strict=True)):
+            zip(word_pieces, labels, strict=True)
+        ):
             offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)  # (words + 1,)
             windows = word_windows(offsets, self.window_size, self.stride)
             piece_labels = self.piece_labels(word_labels, lengths)
             read_at.append(_read_at(windows, offsets, first_row=len(token_ids)))
             for first, end in windows:
                 span = slice(offsets[first], offsets[end])
-                token_ids.append(np.concatenate([[self.tokenizer.cls_id], pieces[span],
-                                                 [self.tokenizer.sep_id]]).astype(np.int32))
+                token_ids.append(
+                    np.concatenate(
+                        [[self.tokenizer.cls_id], pieces[span], [self.tokenizer.sep_id]]
+                    ).astype(np.int32)
+                )
                 row_labels.append(np.concatenate([[IGNORED], piece_labels[span], [IGNORED]]))
                 example_index.append(index)
             char_offsets.append(chars)
-        columns = {"token_ids": token_ids, "segment_ids": [np.zeros_like(t) for t in token_ids],
-                   "labels": row_labels}
-        return Features(columns, np.array(example_index), pad_values={"labels": IGNORED},
-                        extras={"read_at": read_at, "char_offsets": char_offsets})
+        columns = {
+            "token_ids": token_ids,
+            "segment_ids": [np.zeros_like(t) for t in token_ids],
+            "labels": row_labels,
+        }
+        return Features(
+            columns,
+            np.array(example_index),
+            pad_values={"labels": IGNORED},
+            extras={"read_at": read_at, "char_offsets": char_offsets},
+        )
 
     def piece_labels(self, word_labels, lengths: np.ndarray) -> np.ndarray:
         """(pieces,) label ids: a word's label on its first piece (or all), else `IGNORED`.
@@ -143,13 +161,20 @@ class TaggingPreprocessor:
         from bertkit.windows import windowed_rows
 
         pieces, byte_starts, byte_ends = self.tokenizer.words_with_offsets(
-            inputs["text"], max_pieces=self.max_word_pieces)
-        rows, read_at = windowed_rows(pieces, self.window_size, self.stride,
-                                      self.tokenizer.cls_id, self.tokenizer.sep_id)
+            inputs["text"], max_pieces=self.max_word_pieces
+        )
+        rows, read_at = windowed_rows(
+            pieces, self.window_size, self.stride, self.tokenizer.cls_id, self.tokenizer.sep_id
+        )
         token_ids = rows.merge_dims(0, 1)  # (rows, (pieces)), every sentence's windows in order
-        return {"token_ids": token_ids, "segment_ids": tf.zeros_like(token_ids),
-                "example_index": rows.value_rowids(), "read_at": read_at,
-                "byte_starts": byte_starts, "byte_ends": byte_ends}
+        return {
+            "token_ids": token_ids,
+            "segment_ids": tf.zeros_like(token_ids),
+            "example_index": rows.value_rowids(),
+            "read_at": read_at,
+            "byte_starts": byte_starts,
+            "byte_ends": byte_ends,
+        }
 
 
 def _read_at(windows: list[tuple[int, int]], offsets: np.ndarray, first_row: int) -> np.ndarray:

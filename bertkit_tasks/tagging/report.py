@@ -34,8 +34,9 @@ def entity_errors(gold: list[tuple], predicted: list[tuple]) -> list[str]:
     return errors
 
 
-def tagging_report(examples, predicted_tags: list[list[str]], directory, per_type: dict,
-                   shown: int = 10) -> str:
+def tagging_report(
+    examples, predicted_tags: list[list[str]], directory, per_type: dict, shown: int = 10
+) -> str:
     """Writes wrong_entities.txt; returns the Markdown section."""
     confusions: Counter = Counter()
     wrong = []
@@ -48,19 +49,31 @@ def tagging_report(examples, predicted_tags: list[list[str]], directory, per_typ
     with open(Path(directory) / "wrong_entities.txt", "w") as file:
         for sentence, gold, predicted, errors in wrong:
             where = f"{sentence.source}:{sentence.line}  " if sentence.line else ""
-            file.write(f"{where}{' '.join(sentence.words)}\n"
-                       f"  gold:      {_entities(sentence.words, gold)}\n"
-                       f"  predicted: {_entities(sentence.words, predicted)}\n"
-                       f"  errors:    {'; '.join(errors)}\n\n")
-    rows = [[name, s["precision"], s["recall"], s["f1"], s["support"]]
-            for name, s in sorted(per_type.items())]
-    lines = ["## Per entity type", "",
-             markdown_table(["type", "precision", "recall", "F1", "support"], rows), "",
-             f"## Most common confusions ({sum(confusions.values())} wrong entities)", ""]
+            file.write(
+                f"{where}{' '.join(sentence.words)}\n"
+                f"  gold:      {_entities(sentence.words, gold)}\n"
+                f"  predicted: {_entities(sentence.words, predicted)}\n"
+                f"  errors:    {'; '.join(errors)}\n\n"
+            )
+    rows = [
+        [name, s["precision"], s["recall"], s["f1"], s["support"]]
+        for name, s in sorted(per_type.items())
+    ]
+    lines = [
+        "## Per entity type",
+        "",
+        markdown_table(["type", "precision", "recall", "F1", "support"], rows),
+        "",
+        f"## Most common confusions ({sum(confusions.values())} wrong entities)",
+        "",
+    ]
     if confusions:
         lines.append(markdown_table(["error", "count"], confusions.most_common(shown)))
-    lines += ["", f"{len(wrong)} of {len(examples)} sentences have a wrong entity; each is "
-              "in `wrong_entities.txt` with its gold and predicted entities."]
+    lines += [
+        "",
+        f"{len(wrong)} of {len(examples)} sentences have a wrong entity; each is "
+        "in `wrong_entities.txt` with its gold and predicted entities.",
+    ]
     return "\n".join(lines)
 
 

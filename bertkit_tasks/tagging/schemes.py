@@ -122,7 +122,8 @@ def validate_tags(tags: list[str], scheme: str) -> None:
     for position, (tag, wanted) in enumerate(zip(tags, expected, strict=True)):
         if tag != wanted:
             raise TagSchemeError(
-                position, f"{tag!r} is not well-formed {scheme} here; {scheme} writes {wanted!r}")
+                position, f"{tag!r} is not well-formed {scheme} here; {scheme} writes {wanted!r}"
+            )
 
 
 def allowed_transitions(labels: list[str], scheme: str) -> np.ndarray:
@@ -148,8 +149,9 @@ def allowed_transitions(labels: list[str], scheme: str) -> np.ndarray:
     """
     check_scheme(scheme)
     tags = [split_tag(label) for label in labels] + [(OUTSIDE, "")]  # the edge reads as O
-    return np.array([[_may_follow(previous, tag, scheme) for tag in tags] for previous in tags],
-                    dtype=bool)
+    return np.array(
+        [[_may_follow(previous, tag, scheme) for tag in tags] for previous in tags], dtype=bool
+    )
 
 
 def _may_follow(previous: tuple[str, str], tag: tuple[str, str], scheme: str) -> bool:
@@ -176,8 +178,10 @@ def _check_prefixes(tags: list[str], scheme: str) -> None:
             raise TagSchemeError(position, str(error)) from None
         if prefix != OUTSIDE and prefix not in allowed:
             raise TagSchemeError(
-                position, f"{tag!r} does not belong to scheme {scheme}, "
-                          f"which uses O, {', '.join(p + '-' for p in allowed)}")
+                position,
+                f"{tag!r} does not belong to scheme {scheme}, "
+                f"which uses O, {', '.join(p + '-' for p in allowed)}",
+            )
 
 
 def _chunk_tags(type_: str, size: int, scheme: str, follows_same_type: bool) -> list[str]:

@@ -43,29 +43,49 @@ Scheme = Literal["iob1", "iob2", "bioes"]
 
 @dataclasses.dataclass(frozen=True)
 class TaggingOptions:
-    scheme: Scheme = dataclasses.field(default="iob2", metadata={
-        "help": "the tag scheme the model predicts in; the data is converted to it"})
-    label_all_subtokens: bool = dataclasses.field(default=False, metadata={
-        "help": "train every word piece on its word's tag, not only the first piece"})
-    window_stride: int | None = dataclasses.field(default=None, metadata={
-        "min": 1, "help": "pieces between the starts of windows over long sentences; "
-                          "null: half of sequence_length - 2"})
+    scheme: Scheme = dataclasses.field(
+        default="iob2",
+        metadata={"help": "the tag scheme the model predicts in; the data is converted to it"},
+    )
+    label_all_subtokens: bool = dataclasses.field(
+        default=False,
+        metadata={"help": "train every word piece on its word's tag, not only the first piece"},
+    )
+    window_stride: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "min": 1,
+            "help": "pieces between the starts of windows over long sentences; "
+            "null: half of sequence_length - 2",
+        },
+    )
     dropout: float = dataclasses.field(default=0.1, metadata={"min": 0.0, "max": 0.9})
     decoding: Literal["constrained", "argmax"] = dataclasses.field(
-        default="constrained", metadata={
+        default="constrained",
+        metadata={
             "help": "constrained: each sentence's most probable well-formed tag sequence "
-                    "(Viterbi); argmax: each word's most probable tag"})
+            "(Viterbi); argmax: each word's most probable tag"
+        },
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class TaggingData(DataFiles):
-    format: Literal["auto", "conll", "jsonl"] = dataclasses.field(default="auto", metadata={
-        "help": "conll (a word a line) or jsonl ({'tokens', 'tags'}); auto: .jsonl/.json "
-                "files are jsonl, others conll"})
-    tag_column: int = dataclasses.field(default=-1, metadata={
-        "help": "CoNLL column of the tag, 0-based; negative counts from the end"})
-    scheme: Scheme = dataclasses.field(default="iob2", metadata={
-        "help": "the tag scheme of the files; evaluation reads tags with its semantics"})
+    format: Literal["auto", "conll", "jsonl"] = dataclasses.field(
+        default="auto",
+        metadata={
+            "help": "conll (a word a line) or jsonl ({'tokens', 'tags'}); auto: .jsonl/.json "
+            "files are jsonl, others conll"
+        },
+    )
+    tag_column: int = dataclasses.field(
+        default=-1,
+        metadata={"help": "CoNLL column of the tag, 0-based; negative counts from the end"},
+    )
+    scheme: Scheme = dataclasses.field(
+        default="iob2",
+        metadata={"help": "the tag scheme of the files; evaluation reads tags with its semantics"},
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,8 +122,11 @@ class TaggingTask(Task):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._preprocessor = TaggingPreprocessor(  # checks window_stride now, not mid-run
-            self.tokenizer, self.sequence_length, self.options.window_stride,
-            self.options.label_all_subtokens)
+            self.tokenizer,
+            self.sequence_length,
+            self.options.window_stride,
+            self.options.label_all_subtokens,
+        )
 
     def preprocessor(self) -> TaggingPreprocessor:
         return self._preprocessor
@@ -111,15 +134,17 @@ class TaggingTask(Task):
     # ---- data
     def read(self, path):
         jsonl = self.data.format == "jsonl" or (
-            self.data.format == "auto" and kind_from_name(path) in ("jsonl", "json"))
+            self.data.format == "auto" and kind_from_name(path) in ("jsonl", "json")
+        )
         sentences = read_tagged_jsonl(path) if jsonl else read_conll(path, self.data.tag_column)
         for sentence in sentences:  # a tag outside the data's scheme fails here, not mid-run
             try:
                 convert_tags(sentence.tags, self.data.scheme, self.options.scheme)
             except TagSchemeError as error:  # a CoNLL file has a line per word
                 line = sentence.line + (0 if jsonl else error.word_index)
-                raise UserError(f"{error} (data.scheme: {self.data.scheme})",
-                                source=sentence.source, line=line) from None
+                raise UserError(
+                    f"{error} (data.scheme: {self.data.scheme})", source=sentence.source, line=line
+                ) from None
         return sentences
 
     def fit_state(self, train_examples):
@@ -143,8 +168,12 @@ class TaggingTask(Task):
     def featurize(self, examples, training):
         label_ids = {label: i for i, label in enumerate(self.state.get("labels", []))}
         # a tag unseen in training (evaluation data) is IGNORED; untagged inputs have none
-        labels = [[label_ids.get(tag, IGNORED) for tag in self._model_tags(example)]
-                  if getattr(example, "tags", None) else None for example in examples]
+        labels = [
+            [label_ids.get(tag, IGNORED) for tag in self._model_tags(example)]
+            if getattr(example, "tags", None)
+            else None
+            for example in examples
+        ]
         return self._preprocessor.featurize(examples, labels)
 
     def make_batch(self, batch, training, rng):
@@ -161,8 +190,8 @@ class TaggingTask(Task):
         sequence = backbone.output["sequence_output"]  # (batch, seq, hidden)
         x = keras.layers.Dropout(self.options.dropout, name="tagger_dropout")(sequence)
         logits = keras.layers.Dense(  # (batch, seq, num_labels)
-            len(self.labels), name="tagger",
-            kernel_initializer=head_initializer())(x)
+            len(self.labels), name="tagger", kernel_initializer=head_initializer()
+        )(x)
         return keras.Model(backbone.input, logits, name="bert_tagger")
 
     def loss(self):
@@ -180,41 +209,62 @@ class TaggingTask(Task):
         from bertkit_tasks.tagging import decoding as tag_decoding
 
         probabilities = tag_decoding.word_probabilities(
-            outputs["logits"], features.extras["read_at"], len(self.labels))
+            outputs["logits"], features.extras["read_at"], len(self.labels)
+        )
         chosen = tag_decoding.choose_tags(
-            tag_decoding.sentence_batch(probabilities, len(self.labels)), self.allowed_transitions)
+            tag_decoding.sentence_batch(probabilities, len(self.labels)), self.allowed_transitions
+        )
         tag_ids = [np.array(row, dtype=np.int64) for row in chosen.to_list()]
         chunks = tag_decoding.decode_chunks(chosen, *tag_decoding.chunk_tables(self.labels))
-        return [self._prediction(*row) for row in zip(
-            examples, features.extras["char_offsets"], tag_ids, probabilities,
-            *(chunks[key].to_list() for key in ("types", "start_word", "end_word")), strict=True)]
+        return [
+            self._prediction(*row)
+            for row in zip(
+                examples,
+                features.extras["char_offsets"],
+                tag_ids,
+                probabilities,
+                *(chunks[key].to_list() for key in ("types", "start_word", "end_word")),
+                strict=True,
+            )
+        ]
 
     def _prediction(self, example, chars, tag_ids, probabilities, types, starts, ends) -> dict:
         chosen = probabilities[np.arange(len(tag_ids)), tag_ids]  # (words,)
         entities = []
         for type_, start, end in zip(types, starts, ends, strict=True):
-            entity = {"text": "", "type": type_.decode(), "start": start, "end": end,
-                      "score": float(chosen[start:end].mean())}
+            entity = {
+                "text": "",
+                "type": type_.decode(),
+                "start": start,
+                "end": end,
+                "score": float(chosen[start:end].mean()),
+            }
             if chars is None:
                 entity["text"] = " ".join(example.words[start:end])
             else:
                 entity["start"], entity["end"] = int(chars[0][start]), int(chars[1][end - 1])
-                entity["text"] = example.text[entity["start"]:entity["end"]]
+                entity["text"] = example.text[entity["start"] : entity["end"]]
             entities.append(entity)
         if chars is not None:
             return {"entities": entities}
         return {"tags": [self.labels[i] for i in tag_ids], "entities": entities}
 
     def _predicted_tags(self, sentence, prediction) -> list[str]:
-        return chunks_to_tags([(e["type"], e["start"], e["end"]) for e in prediction["entities"]],
-                              len(sentence.tags), self.data.scheme)
+        return chunks_to_tags(
+            [(e["type"], e["start"], e["end"]) for e in prediction["entities"]],
+            len(sentence.tags),
+            self.data.scheme,
+        )
 
     def evaluate(self, examples, predictions):
-        predicted = [self._predicted_tags(sentence, p)
-                     for sentence, p in zip(examples, predictions, strict=True)]
+        predicted = [
+            self._predicted_tags(sentence, p)
+            for sentence, p in zip(examples, predictions, strict=True)
+        ]
         result = conll_evaluate([list(sentence.tags) for sentence in examples], predicted)
-        counts = {key: result.pop(key) for key in ("tokens", "found_gold", "found_predicted",
-                                                    "correct")}
+        counts = {
+            key: result.pop(key) for key in ("tokens", "found_gold", "found_predicted", "correct")
+        }
         return {**result, "counts": counts}
 
     def baseline(self, examples):
@@ -227,10 +277,13 @@ class TaggingTask(Task):
     def report(self, examples, predictions, directory):
         from bertkit_tasks.tagging.report import tagging_report
 
-        predicted = [self._predicted_tags(sentence, p)
-                     for sentence, p in zip(examples, predictions, strict=True)]
-        return tagging_report(examples, predicted, directory,
-                              self.evaluate(examples, predictions)["per_type"])
+        predicted = [
+            self._predicted_tags(sentence, p)
+            for sentence, p in zip(examples, predictions, strict=True)
+        ]
+        return tagging_report(
+            examples, predicted, directory, self.evaluate(examples, predictions)["per_type"]
+        )
 
     def parse_input(self, value):
         if isinstance(value, dict):
@@ -239,8 +292,10 @@ class TaggingTask(Task):
             return UntaggedInput(text=value)
         if isinstance(value, (list, tuple)) and all(isinstance(w, str) and w for w in value):
             return UntaggedInput(words=tuple(value))
-        raise UserError(f"expected a text, a list of words or an object with 'text' or "
-                        f"'words', got {value!r:.80}")
+        raise UserError(
+            f"expected a text, a list of words or an object with 'text' or "
+            f"'words', got {value!r:.80}"
+        )
 
     # ---- export
     def serving_inputs(self):
@@ -254,9 +309,20 @@ class TaggingTask(Task):
 
         rows = self._preprocessor.serve(inputs)
         token_ids = rows["token_ids"]  # (rows, (pieces))
-        logits = model({"token_ids": token_ids.to_tensor(self.tokenizer.pad_id),
-                        "segment_ids": rows["segment_ids"].to_tensor(),
-                        "padding_mask": tf.ones_like(token_ids).to_tensor()}, training=False)
+        logits = model(
+            {
+                "token_ids": token_ids.to_tensor(self.tokenizer.pad_id),
+                "segment_ids": rows["segment_ids"].to_tensor(),
+                "padding_mask": tf.ones_like(token_ids).to_tensor(),
+            },
+            training=False,
+        )
         word_logits = tf.gather_nd(logits, rows["read_at"].flat_values)  # (words, labels)
-        return graph_entities(inputs["text"], rows["byte_starts"], rows["byte_ends"],
-                              word_logits, self.labels, self.allowed_transitions)
+        return graph_entities(
+            inputs["text"],
+            rows["byte_starts"],
+            rows["byte_ends"],
+            word_logits,
+            self.labels,
+            self.allowed_transitions,
+        )

@@ -47,15 +47,21 @@ def sentence_word_pieces(tokenizer, examples, max_pieces: int | None = None) -> 
     for chunk in in_chunks(worded):
         words = tf.RaggedTensor.from_row_lengths(
             tf.constant([w for i in chunk for w in examples[i].words], tf.string),
-            [len(examples[i].words) for i in chunk])
+            [len(examples[i].words) for i in chunk],
+        )
         pieces = tokenizer.tokenize_words(words, max_pieces=max_pieces)
         for i, (ids, lengths) in zip(chunk, split_word_rows(pieces), strict=True):
             results[i] = (ids, lengths, None)
     for chunk in in_chunks(texts):
         pieces, byte_starts, byte_ends = tokenizer.words_with_offsets(
-            tf.constant([examples[i].text for i in chunk]), max_pieces=max_pieces)
+            tf.constant([examples[i].text for i in chunk]), max_pieces=max_pieces
+        )
         for i, (ids, lengths), starts, ends in zip(
-                chunk, split_word_rows(pieces), split_rows(byte_starts), split_rows(byte_ends),
-                strict=True):
+            chunk,
+            split_word_rows(pieces),
+            split_rows(byte_starts),
+            split_rows(byte_ends),
+            strict=True,
+        ):
             results[i] = (ids, lengths, np.stack(character_offsets(examples[i].text, starts, ends)))
     return results

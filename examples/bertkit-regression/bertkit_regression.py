@@ -30,18 +30,25 @@ class RegressionTask(Task):
             try:
                 target = float(row[self.data.target])
             except ValueError:
-                raise UserError(f"expected a number, got {row[self.data.target]!r}",
-                                source=path, line=line, key=self.data.target) from None
+                raise UserError(
+                    f"expected a number, got {row[self.data.target]!r}",
+                    source=path,
+                    line=line,
+                    key=self.data.target,
+                ) from None
             examples.append((row[self.data.text], row.get(self.data.text_pair), target))
         return examples
 
     def featurize(self, examples, training):
         pairs = [e[1] for e in examples] if self.data.text_pair else None
         token_ids, segment_ids = self.tokenizer.encode(
-            [e[0] for e in examples], pairs, sequence_length=self.sequence_length)
+            [e[0] for e in examples], pairs, sequence_length=self.sequence_length
+        )
         targets = np.array([e[2] for e in examples], dtype=np.float32)
-        return Features({"token_ids": token_ids, "segment_ids": segment_ids, "labels": targets},
-                        example_index=np.arange(len(examples)))
+        return Features(
+            {"token_ids": token_ids, "segment_ids": segment_ids, "labels": targets},
+            example_index=np.arange(len(examples)),
+        )
 
     def build_model(self, backbone):
         import keras
@@ -61,14 +68,19 @@ class RegressionTask(Task):
         gold = np.array([e[2] for e in examples])
         predicted = np.array([p["score"] for p in predictions])
         pearson = np.corrcoef(gold, predicted)[0, 1] if len(gold) > 1 else 0.0
-        return {"mse": float(np.mean((gold - predicted) ** 2)),
-                "pearson": float(np.nan_to_num(pearson))}
+        return {
+            "mse": float(np.mean((gold - predicted) ** 2)),
+            "pearson": float(np.nan_to_num(pearson)),
+        }
 
     def parse_input(self, value):
         if isinstance(value, str):
             return (value, None, 0.0)
-        if isinstance(value, (list, tuple)) and len(value) == 2 and all(
-                isinstance(text, str) for text in value):
+        if (
+            isinstance(value, (list, tuple))
+            and len(value) == 2
+            and all(isinstance(text, str) for text in value)
+        ):
             return (value[0], value[1], 0.0)
         raise UserError(f"expected a text or a [text, text_pair] pair, got {value!r:.80}")
 

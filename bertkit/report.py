@@ -1,10 +1,9 @@
-"""The end-of-run report (report.md, learning_curve.png), the model card (README.md) and the
-task's error analysis, written by `finetune` and by `bertkit evaluate`."""
+"""The end-of-run report (report.md, learning_curve.png) and the task's error analysis, written
+by `finetune` and by `bertkit evaluate`; their Markdown and plotting helpers. The model card is
+`bertkit.model_card`'s; `bertkit.training.run_results.write_run_report` writes them all."""
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 
@@ -154,58 +153,68 @@ def write_report(
     best = best_epoch(history, monitor, mode)
     kept = f", best epoch {best['epoch']}" if best and monitor in best else ""
     lines = [
+        *_setup(recipe, history, monitor, seconds, kept, lora),
+        *_final_metrics(final),
+        *(_per_epoch(history, best, kept, steps) if history else []),
+    ]
+    if task_section:
+        lines += ["", "# Validation error analysis (best epoch)", "", task_section]
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+def _setup(recipe: dict, history, monitor: str, seconds: float, kept: str, lora) -> list[str]:
+    """report.md's title and the run's setup, one line each."""
+    lines = [
         f"# bertkit run: {recipe['task']['name']}",
         "",
         f"- backbone: `{recipe['backbone']['preset']}`, sequence length "
         f"{recipe['backbone']['sequence_length']}",
         f"- training file: `{recipe['data']['train']}`",
         f"- epochs run: {len(history)}, wall time {seconds:.0f} s, best by `{monitor}`{kept}",
-        "",
-        "## Final metrics",
-        "",
-        "| split | metric | value |",
-        "|---|---|---|",
     ]
     if lora:
-        lines.insert(
-            5,
+        lines.append(
             f"- LoRA rank {lora['rank']}, alpha {lora['alpha']:g} on "
-            f"{', '.join(lora['targets'])}; {describe_trainable(lora)}",
+            f"{', '.join(lora['targets'])}; {describe_trainable(lora)}"
         )
+    return lines
+
+
+def _final_metrics(final: dict) -> list[str]:
+    lines = ["", "## Final metrics", "", "| split | metric | value |", "|---|---|---|"]
     for split, metrics in final.items():
         for name, value in metrics.items():
             if isinstance(value, (int, float)):
                 lines.append(f"| {split} | {name} | {value:.4f} |")
-    if history:
-        columns = [k for k in history[-1] if k != "epoch"]
-        rows = [
-            [
-                f"{h['epoch']}{' (best)' if h is best and kept else ''}",
-                *(
-                    f"{h[c]:.4g}" if isinstance(h.get(c), float) else str(h.get(c, ""))
-                    for c in columns
-                ),
-            ]
-            for h in history
+    return lines
+
+
+def _per_epoch(history: list[dict], best, kept: str, steps) -> list[str]:
+    """The per-epoch table, the learning curve and how often the loss was logged."""
+    columns = [k for k in history[-1] if k != "epoch"]
+    rows = [
+        [
+            f"{h['epoch']}{' (best)' if h is best and kept else ''}",
+            *(f"{h[c]:.4g}" if isinstance(h.get(c), float) else str(h.get(c, "")) for c in columns),
         ]
-        lines += [
-            "",
-            "## Per epoch",
-            "",
-            markdown_table(["epoch", *columns], rows),
-            "",
-            "![learning curve](learning_curve.png)",
-            "",
-        ]
-        if steps:
-            every = _every(steps)
-            lines.append(
-                f"Training loss logged every {f'{every} steps' if every > 1 else 'step'}"
-                f" ({len(steps)} points, in `steps.json`), with the learning rate."
-            )
-    if task_section:
-        lines += ["", "# Validation error analysis (best epoch)", "", task_section]
-    Path(path).write_text("\n".join(lines) + "\n")
+        for h in history
+    ]
+    lines = [
+        "",
+        "## Per epoch",
+        "",
+        markdown_table(["epoch", *columns], rows),
+        "",
+        "![learning curve](learning_curve.png)",
+        "",
+    ]
+    if steps:
+        every = _every(steps)
+        lines.append(
+            f"Training loss logged every {f'{every} steps' if every > 1 else 'step'}"
+            f" ({len(steps)} points, in `steps.json`), with the learning rate."
+        )
+    return lines
 
 
 def describe_trainable(record: dict) -> str:
@@ -253,164 +262,3 @@ def write_task_report(
     )
     (directory / "report.md").write_text(text)
     return section
-
-
-def write_model_card(
-    path,
-    *,
-    recipe: dict,
-    data_sizes: dict,
-    final: dict,
-    monitor: str,
-    task_description: str,
-    best: dict | None,
-) -> None:
-    """README.md in the run directory, the model card users of model hubs look for."""
-    training = recipe["training"]
-    shown = {
-        k: training[k]
-        for k in (
-            "epochs",
-            "batch_size",
-            "learning_rate",
-            "warmup_ratio",
-            "weight_decay",
-            "max_grad_norm",
-            "seed",
-        )
-        if k in training
-    }
-    lines = [
-        f"# {Path(recipe.get('output_dir') or path).name}: a bertkit "
-        f"{recipe['task']['name']} model",
-        "",
-        f"{task_description}",
-        "",
-        "## Base model",
-        "",
-        f"`{recipe['backbone']['preset']}`, fine-tuned with bertkit "
-        f"(sequence length {recipe['backbone']['sequence_length']}).",
-        "",
-        "## Data",
-        "",
-        markdown_table(
-            ["split", "file", "examples", "size"],
-            [
-                [split, f"`{info['file']}`", info["examples"], info["size"]]
-                for split, info in data_sizes.items()
-            ],
-        ),
-        "",
-        "## Training recipe",
-        "",
-        ", ".join(f"{k} {v}" for k, v in shown.items())
-        + (f"; best epoch {best['epoch']} by `{monitor}`" if best else "")
-        + ". The full recipe is `recipe.yaml`.",
-        "",
-        "## Metrics",
-        "",
-    ]
-    rows = [
-        [split, name, value]
-        for split, metrics in final.items()
-        for name, value in metrics.items()
-        if isinstance(value, (int, float))
-    ]
-    lines += [
-        markdown_table(["split", "metric", "value"], rows)
-        if rows
-        else "No validation or test split was evaluated.",
-        "",
-        "## Intended use",
-        "",
-        f"{recipe['task']['name']} on text like the training data "
-        "(same language, domain and label set). Use it with "
-        "`bertkit predict <run>`, `bertkit.load(<run>).predict([...])`, or serve "
-        "`saved_model/` with TensorFlow and tensorflow-text (raw text in).",
-        "",
-        "## Limits",
-        "",
-        "- Measured only on the splits above; expect lower quality on other domains, "
-        "languages or label definitions.",
-        f"- Inputs longer than {recipe['backbone']['sequence_length']} word pieces are "
-        "truncated or windowed by the task.",
-        "- It inherits the biases of the base model and of the training data; review "
-        "its errors (`report.md`) before relying on it.",
-        "",
-    ]
-    Path(path).write_text("\n".join(lines))
-
-
-def data_size(path, examples: int | None) -> dict:
-    """`{"file", "examples", "size"}` of a data file, for the model card."""
-    try:
-        size = f"{os.path.getsize(path) / 1024:.1f} KiB"
-    except (OSError, TypeError):
-        size = "?"
-    return {
-        "file": Path(path).name if path else "-",
-        "examples": "?" if examples is None else examples,
-        "size": size,
-    }
-
-
-def write_run_report(
-    directory,
-    recipe,
-    data,
-    history: list[dict],
-    final: dict,
-    monitor: str,
-    seconds: float,
-    validation_predictions: list[dict] | None,
-) -> None:
-    """All of a finished run's reading matter: learning_curve.png, report.md (with the
-    task's error analysis of the validation split) and the model card README.md."""
-    import numpy as np
-
-    from bertkit.run_dir import read_json
-
-    directory, task = Path(directory), data.task
-    steps_file = directory / "steps.json"
-    steps = read_json(steps_file)["steps"] if steps_file.exists() else []
-    mode = task.mode if monitor.startswith("val_") else "min"
-    plot_learning_curve(history, directory / "learning_curve.png", steps, monitor, mode)
-    section = None
-    if validation_predictions is not None and data.validation:
-        try:
-            section = task.report(data.validation, validation_predictions, directory)
-        except Exception as error:  # noqa: BLE001  (a plugin's report must not lose the run)
-            print(
-                f"bertkit: warning: the {task.name} task's report failed: "
-                f"{type(error).__name__}: {error}",
-                file=sys.stderr,
-            )
-    plain = recipe.to_dict()
-    write_report(
-        directory / "report.md",
-        recipe=plain,
-        history=history,
-        final=final,
-        monitor=monitor,
-        seconds=seconds,
-        mode=mode,
-        steps=steps,
-        task_section=section,
-        lora=data.description.get("lora"),
-    )
-    sizes = {
-        "train": data_size(recipe.data.train, len(np.unique(data.train_features.example_index)))
-    }
-    if data.validation:
-        sizes["validation"] = data_size(recipe.data.validation, len(data.validation))
-    if recipe.data.test:
-        sizes["test"] = data_size(recipe.data.test, None)
-    write_model_card(
-        directory / "README.md",
-        recipe=plain,
-        data_sizes=sizes,
-        final=final,
-        monitor=monitor,
-        task_description=task.description,
-        best=best_epoch(history, monitor, mode),
-    )

@@ -30,17 +30,15 @@ stops on a user error.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-import socket
 import tempfile
-import time
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.run_lock import exclusive_lock, outermost_missing
 
 RUNNING, FINISHED = "running", "finished"
 LOCK_FILE = ".lock"
@@ -213,33 +211,9 @@ class RunDirectory:
         With `overwrite`, a previous run is moved to `replaced_dir`: `drop_replaced`
         deletes it once the new run has finished, `restore_replaced` puts it back.
         """
-        if self.path.exists() and not self.path.is_dir():
-            raise UserError("output path exists and is not a folder", source=self.path)
-        if not self.is_empty():
-            status = self.status()
-            if status is None:
-                raise UserError(
-                    "output folder exists and is not a bertkit run directory; "
-                    f"choose another output_dir{self.replaced_hint()}",
-                    source=self.path,
-                )
-            if overwrite:
-                self._move_aside()
-            elif status == FINISHED:
-                raise UserError(
-                    "holds a finished run; pass --overwrite (overwrite=True) to "
-                    "replace it, or choose another output folder",
-                    source=self.path,
-                )
-            elif self.recipe_file.read_text() != recipe_yaml:
-                raise UserError(
-                    "holds an unfinished run of a different recipe; pass "
-                    "--overwrite to start over, or choose another output folder"
-                    f"{self.replaced_hint()}",
-                    source=self.path,
-                )
-            else:
-                return True
+        self._check_is_run_folder()
+        if not self.is_empty() and self._resumes(recipe_yaml, overwrite):
+            return True
         try:
             self.model_dir.mkdir(parents=True, exist_ok=True)
             self.recipe_file.write_text(recipe_yaml)
@@ -249,6 +223,38 @@ class RunDirectory:
                 self.remove_made()  # a full disk: no half-made run
             raise
         return False
+
+    def _check_is_run_folder(self) -> None:
+        """A `UserError` unless the path is absent, an empty folder or a run directory."""
+        if self.path.exists() and not self.path.is_dir():
+            raise UserError("output path exists and is not a folder", source=self.path)
+        if not self.is_empty() and self.status() is None:
+            raise UserError(
+                "output folder exists and is not a bertkit run directory; "
+                f"choose another output_dir{self.replaced_hint()}",
+                source=self.path,
+            )
+
+    def _resumes(self, recipe_yaml: str, overwrite: bool) -> bool:
+        """Whether the run in the folder goes on; with `overwrite`, it is moved aside; a
+        finished run or one of another recipe is a `UserError`."""
+        if overwrite:
+            self._move_aside()
+            return False
+        if self.status() == FINISHED:
+            raise UserError(
+                "holds a finished run; pass --overwrite (overwrite=True) to "
+                "replace it, or choose another output folder",
+                source=self.path,
+            )
+        if self.recipe_file.read_text() != recipe_yaml:
+            raise UserError(
+                "holds an unfinished run of a different recipe; pass "
+                "--overwrite to start over, or choose another output folder"
+                f"{self.replaced_hint()}",
+                source=self.path,
+            )
+        return True
 
     def _contents(self) -> list[Path]:
         """The folder's entries but the lock file (it stays in place while it is held)."""
@@ -322,43 +328,16 @@ class RunDirectory:
         The lock is the kernel's (`flock`): a killed holder releases it, and a stale
         file holds nothing. A folder that is not a run directory gets no lock file.
         """
-        if self.path.exists() and not self.path.is_dir():
-            raise UserError("output path exists and is not a folder", source=self.path)
-        if not self.is_empty() and self.status() is None:
-            raise UserError(
-                "output folder exists and is not a bertkit run directory; "
-                f"choose another output_dir{self.replaced_hint()}",
-                source=self.path,
-            )
-        made = next(
-            (folder for folder in reversed([self.path, *self.path.parents]) if not folder.exists()),
-            None,
-        )  # the outermost folder made here
+        self._check_is_run_folder()
+        made = outermost_missing(self.path)
         self.path.mkdir(parents=True, exist_ok=True)
         before = {entry.name for entry in self.path.iterdir()}
-        with open(self.path / LOCK_FILE, "a+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip() or "another process"
-                raise UserError(
-                    f"in use by {holder}; wait for it to end or choose another output folder",
-                    source=self.path,
-                ) from None
-            handle.truncate(0)
-            started = time.strftime("%Y-%m-%d %H:%M:%S")
-            handle.write(
-                f"bertkit finetune (pid {os.getpid()} on {socket.gethostname()}, "
-                f"started {started})\n"
-            )
-            handle.flush()
+        with exclusive_lock(self.path / LOCK_FILE, self.path):
             self._made = (made, before)
             try:
                 yield self
             finally:
                 self._made = None
-                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def set_status(self, status: str, **extra) -> None:
         current = read_json(self.run_file) if self.run_file.exists() else {}

@@ -20,7 +20,6 @@ activation the checkpoint declares on each encoder layer after loading.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import difflib
 import hashlib
 import importlib.util
@@ -29,45 +28,17 @@ import os
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.model.architecture import (  # noqa: F401 (public here too)
+    PretrainedBackbone,
+    gelu_exact,
+    load_architecture,
+    save_architecture,
+    set_activation,
+)
 from bertkit.model.tokenizer import WordPieceTokenizer, read_vocabulary, vocabulary_is_cased
 
-_EXACT_GELU = {"gelu", "gelu_python"}
 PRESET_MARKER = "bertkit_backbone.json"  # in presets bertkit writes: the GELU variant
 _KEY = "backbone.preset"
-
-
-@dataclasses.dataclass
-class PretrainedBackbone:
-    """A loaded backbone, its tokenizer, and where they came from."""
-
-    backbone: object  # keras_hub.models.BertBackbone
-    tokenizer: WordPieceTokenizer
-    hidden_act: str
-    weights_dir: Path | None = None  # Hugging Face folder holding extra (head) tensors
-
-    def checkpoint_tensors(self) -> dict:
-        """All tensors of a Hugging Face-format source (for pretrained heads), else {}."""
-        path = self.weights_dir and self.weights_dir / "model.safetensors"
-        if not path or not path.exists():
-            return {}
-        from safetensors.numpy import load_file
-
-        return load_file(str(path))
-
-
-def gelu_exact(x):
-    import keras
-
-    return keras.activations.gelu(x, approximate=False)
-
-
-def set_activation(backbone, hidden_act: str) -> None:
-    """Uses the GELU variant the checkpoint was trained with in every encoder layer."""
-    if hidden_act not in _EXACT_GELU:
-        return
-    for layer in backbone.transformer_layers:
-        layer.activation = gelu_exact
-        layer._feedforward_intermediate_dense.activation = gelu_exact
 
 
 def load_pretrained(
@@ -288,64 +259,3 @@ def save_preset(backbone, tokenizer: WordPieceTokenizer, hidden_act: str, direct
     ).save_to_preset(str(directory))
     (directory / PRESET_MARKER).write_text(json.dumps({"hidden_act": hidden_act}))
     return directory
-
-
-# ---- run directories: the backbone's architecture travels with the fine-tuned weights
-def save_architecture(loaded: PretrainedBackbone, directory) -> None:
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    config = {"bert_backbone": loaded.backbone.get_config(), "hidden_act": loaded.hidden_act}
-    (directory / "backbone.json").write_text(json.dumps(config, indent=2))
-    loaded.tokenizer.save(directory)
-
-
-def load_architecture(directory) -> PretrainedBackbone:
-    """Rebuilds a backbone (random weights) and tokenizer saved by `save_architecture`."""
-    from bertkit.run_dir import read_json
-
-    directory = Path(directory)
-    path = directory / "backbone.json"
-    config = read_json(path, "backbone architecture")
-    if not isinstance(config, dict) or not isinstance(config.get("hidden_act"), str):
-        raise UserError("lacks 'hidden_act' (the feed-forward activation)", source=path)
-    backbone = _backbone_from_config(config.get("bert_backbone"), path)
-    set_activation(backbone, config["hidden_act"])
-    return PretrainedBackbone(backbone, WordPieceTokenizer.load(directory), config["hidden_act"])
-
-
-# What `BertBackbone` cannot be built without (the other arguments have defaults).
-_ARCHITECTURE_SIZES = (
-    "vocabulary_size",
-    "num_layers",
-    "num_heads",
-    "hidden_dim",
-    "intermediate_dim",
-)
-
-
-def _backbone_from_config(config, path: Path):
-    """keras-hub's `BertBackbone` from `backbone.json`'s `bert_backbone`; a key it lacks or
-    a value it cannot take is a `UserError` naming the file."""
-    import keras_hub
-
-    from bertkit.model.checkpoints import size_problem
-
-    if not isinstance(config, dict):
-        raise UserError("lacks 'bert_backbone' (keras-hub's BertBackbone config)", source=path)
-    for key in _ARCHITECTURE_SIZES:
-        if problem := size_problem(config, key):
-            raise UserError(problem, source=path, key="bert_backbone")
-    if config["hidden_dim"] % config["num_heads"]:
-        raise UserError(
-            f"hidden_dim {config['hidden_dim']} is not a multiple of num_heads "
-            f"{config['num_heads']}",
-            source=path,
-            key="bert_backbone",
-        )
-    try:
-        return keras_hub.models.BertBackbone.from_config(config)
-    except (TypeError, ValueError, KeyError) as error:
-        problem = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise UserError(
-            f"cannot rebuild the backbone: {problem}", source=path, key="bert_backbone"
-        ) from None

@@ -20,7 +20,7 @@ by XLA across processes: on CPU through gloo, JAX's default CPU collectives.
 - **Agreement.** Process 0 decides whether the run starts or resumes and tells
   the others (`process_zero_decides`); every process evaluates the validation
   split (each feeding its share, all receiving every output, see
-  `predict_global_batch`), so all choose the same best epoch and stop together.
+  `bertkit.parallel.global_batch`), so all choose the same best epoch and stop together.
 - **Failures.** A process that dies is noticed by the others when a collective
   breaks, or at the latest after `heartbeat_timeout` seconds without its
   heartbeat: they end with an error instead of waiting forever (one line, exit
@@ -35,7 +35,6 @@ import contextlib
 import json
 import os
 import sys
-import weakref
 
 from bertkit.errors import UserError
 from bertkit.parallel.failures import end_process, exit_after, peer_gone, peer_stopped
@@ -315,52 +314,3 @@ def outside_distribution():
         yield
     finally:
         keras.distribution.set_distribution(kept)
-
-
-def predict_global_batch(model, inputs: dict):
-    """`model.predict_on_batch(inputs)`; across processes, each feeds its share of `inputs`
-    and receives the outputs of every row.
-
-    Keras's `predict_on_batch` returns NumPy arrays, which a batch sharded over
-    other processes' devices cannot become; here the jitted call returns its
-    outputs replicated on every device, so each process can read them all.
-    """
-    if process_count() == 1:
-        return model.predict_on_batch(inputs)
-    import jax
-    import keras
-    import numpy as np
-
-    distribution = keras.distribution.distribution()
-    share = process_share(len(next(iter(inputs.values()))))
-    arrays = {
-        name: jax.make_array_from_process_local_data(
-            distribution.get_data_layout(np.shape(value)).backend_layout, np.asarray(value)[share]
-        )
-        for name, value in inputs.items()
-    }
-    trainable = [variable.value for variable in model.trainable_variables]
-    non_trainable = [variable.value for variable in model.non_trainable_variables]
-    outputs = _replicated_call(model)(trainable, non_trainable, arrays)
-    return jax.tree.map(np.asarray, outputs)
-
-
-_REPLICATED_CALLS = weakref.WeakKeyDictionary()  # model -> its jitted inference call
-
-
-def _replicated_call(model):
-    """The model's inference call, jitted once per model, its outputs on every device."""
-    call = _REPLICATED_CALLS.get(model)
-    if call is None:
-        import jax
-        import keras
-
-        mesh = keras.distribution.distribution().device_mesh.backend_mesh
-        replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-
-        def infer(trainable, non_trainable, inputs):
-            outputs, _ = model.stateless_call(trainable, non_trainable, inputs, training=False)
-            return outputs
-
-        call = _REPLICATED_CALLS[model] = jax.jit(infer, out_shardings=replicated)
-    return call

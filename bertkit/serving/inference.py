@@ -8,7 +8,7 @@ import numpy as np
 
 from bertkit.padding import compiles_each_shape, fill_rows, inference_batches, pad_batch
 from bertkit.parallel.distribution import devices_sharing_a_batch
-from bertkit.parallel.multi_process import predict_global_batch
+from bertkit.parallel.global_batch import predict_global_batch
 from bertkit.task import Features
 
 

@@ -40,8 +40,14 @@ import time
 
 from bertkit.model.lora import enable_lora, finish_lora
 from bertkit.recipes.recipe import Recipe
-from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json, write_json
+from bertkit.run_dir import RUNNING, RunDirectory, read_json
 from bertkit.training.preemption import SigtermWatch
+from bertkit.training.run_results import (  # public here too: tests patch `export_run` here
+    export_run,
+    final_evaluation,
+    record_finished,
+    write_results,
+)
 from bertkit.training.task_data import TaskData
 
 
@@ -217,26 +223,44 @@ def fit_callbacks(
     """The callbacks of a run's `fit`, in order, its `TrackRun` (best epoch) and its
     `RunCheckpoint` (where a resumed run starts)."""
     from bertkit.serving.export import tensorflow_available
-    from bertkit.training.callbacks import Evaluate, SetEpoch, StopOnNonFiniteLoss, TrackRun
+    from bertkit.training.callbacks import Evaluate
     from bertkit.training.checkpointing import RunCheckpoint
-    from bertkit.training.step_callbacks import (
-        RecordSteps,
-        StepTensorBoard,
-        TimeSteps,
-        TrainingProgress,
-    )
+    from bertkit.training.step_callbacks import StepTensorBoard
 
-    training, run, writes = recipe.training, settings.run, settings.writes
-    task, validation, steps = built.data.task, built.validation, len(built.batches)
-    monitor, mode = (f"val_{task.monitor}", task.mode) if validation else ("loss", "min")
-    checkpoint = RunCheckpoint.of_run(run, training, writes=writes, sigterm=settings.sigterm)
+    run, validation = settings.run, built.validation
+    checkpoint = RunCheckpoint.of_run(
+        run, recipe.training, writes=settings.writes, sigterm=settings.sigterm
+    )
+    callbacks, record_steps = _step_callbacks(built, recipe.training, settings, checkpoint, phases)
+    if validation:
+        callbacks.append(
+            Evaluate(
+                lambda _: validation.evaluate(built.model), "evaluating on the validation split"
+            )
+        )
+    tracker = _track_run(built, recipe.training, settings, checkpoint)
+    callbacks += [tracker, checkpoint]  # restores the epoch's state after the others' resets
+    callbacks += settings.callbacks  # after Evaluate and TrackRun: the epoch is recorded
+    if settings.writes and tensorflow_available():  # Keras logs TensorBoard with tf.summary
+        callbacks.append(StepTensorBoard(str(run.logs_dir), record_steps))
+    return callbacks, tracker, checkpoint
+
+
+def _step_callbacks(built: BuiltRun, training, settings: FitSettings, checkpoint, phases):
+    """The callbacks that run every step: epoch setting, the non-finite loss stop, step
+    timing, and in the writing process the step records and progress lines (kept in the
+    checkpoint); with the `RecordSteps` (TensorBoard reads it)."""
+    from bertkit.training.callbacks import SetEpoch, StopOnNonFiniteLoss
+    from bertkit.training.step_callbacks import RecordSteps, TimeSteps, TrainingProgress
+
+    steps = len(built.batches)
     callbacks = [
         SetEpoch(built.batches),
         StopOnNonFiniteLoss(training.learning_rate),
         TimeSteps(phases),
     ]
-    record_steps = RecordSteps(run.path / "steps.json", steps, log_every(steps))
-    if writes:
+    record_steps = RecordSteps(settings.run.path / "steps.json", steps, log_every(steps))
+    if settings.writes:
         callbacks.append(record_steps)
         checkpoint.keeps["steps"] = record_steps
         if settings.verbose == 2:  # not a terminal: Keras prints one line per epoch, at its end
@@ -246,27 +270,26 @@ def fit_callbacks(
                 )
             )
             checkpoint.keeps["progress"] = callbacks[-1]
-    if validation:
-        callbacks.append(
-            Evaluate(
-                lambda _: validation.evaluate(built.model), "evaluating on the validation split"
-            )
-        )
-    tracker = TrackRun(
+    return callbacks, record_steps
+
+
+def _track_run(built: BuiltRun, training, settings: FitSettings, checkpoint):
+    """The `TrackRun` of the monitored metric (validation's, else the loss), from the
+    epochs a resumed run has finished."""
+    from bertkit.training.callbacks import TrackRun
+
+    task, validation, run = built.data.task, built.validation, settings.run
+    monitor, mode = (f"val_{task.monitor}", task.mode) if validation else ("loss", "min")
+    return TrackRun(
         run,
         monitor,
         mode,
         training.early_stopping_patience,
         _finished_epochs(run, checkpoint.position[0]),
         on_best=validation and validation.keep_latest,
-        writes=writes,
+        writes=settings.writes,
         weights_of=built.model,
     )
-    callbacks += [tracker, checkpoint]  # restores the epoch's state after the others' resets
-    callbacks += settings.callbacks  # after Evaluate and TrackRun: the epoch is recorded
-    if writes and tensorflow_available():  # Keras logs TensorBoard with tf.summary, any backend
-        callbacks.append(StepTensorBoard(str(run.logs_dir), record_steps))
-    return callbacks, tracker, checkpoint
 
 
 def _finished_epochs(run: RunDirectory, epochs: int) -> list[dict]:
@@ -297,116 +320,18 @@ def finish(
     """Step 4: the best weights, calibrated on validation; test metrics; then (in the
     writing process) metrics, report, the task's artifacts and the SavedModel.
     `compiled` (a `CompileCounter`) goes to `run.json`. Returns the `FineTunedModel`."""
-    from bertkit.serving.finetuned import FineTunedModel
-    from bertkit.training.weights import load_model_weights
-
-    run, model, validation = settings.run, built.model, built.validation
-    description, predictions = built.data.description, None
+    run = settings.run
     with phases("final_evaluation"):
-        load_model_weights(model, run.weights_file)
-        final = {}
-        if validation:
-            final["validation"], description, predictions = calibrate(
-                validation, model, description, best_epoch, run if settings.writes else None
-            )
-        finetuned = FineTunedModel(run, built.data.task, model, description)
-        if recipe.data.test and not from_features:
-            final["test"] = finetuned.evaluate(
-                recipe.data.test, recipe.training.eval_batch_size or 2 * recipe.training.batch_size
-            )
+        finetuned, final, predictions = final_evaluation(
+            built, recipe, settings, best_epoch, from_features
+        )
     if not settings.writes:
         return finetuned
     with phases("report"):
         write_results(run, recipe, built.data, history, final, time.time() - started, predictions)
-        backbone = finish_lora(model, built.data.pretrained.backbone, run.model_dir)
+        backbone = finish_lora(built.model, built.data.pretrained.backbone, run.model_dir)
         built.data.task.write_artifacts(backbone, run.path)
     with phases("export"):
         export_run(run, finetuned)
-    compilation = compiled.record() if compiled is not None else {}
-    if built.precompiled:
-        compilation["precompiled"] = built.precompiled
-    run.set_status(
-        FINISHED,
-        phases=phases.record(),
-        finetune_called_at=phases.called_at,
-        compilation=compilation,
-    )
-    print(phases.line())
-    if compilation.get("programs"):
-        print(
-            f"compiled {compilation['programs']} programs in {compilation['seconds']:.1f} s "
-            f"({compilation['from_cache']} read from the compilation cache)"
-        )
+    record_finished(run, phases, compiled, built.precompiled)
     return finetuned
-
-
-def calibrate(
-    validation, model, description: dict, best_epoch: int | None, run: RunDirectory | None
-) -> tuple[dict, dict, list]:
-    """The best weights' validation metrics, after the task calibrates on them; the
-    description with the task's new state, and the predictions.
-
-    The best epoch's validation outputs are those its evaluation kept (predicted
-    again only in a resumed run whose best epoch came before the interruption).
-    The task's state update (e.g. span QA's tuned no-answer threshold) is saved
-    in `model/task.json` of `run` (None: a process that does not write) and the
-    predictions decoded again with it, so the metrics and the predictions file
-    describe the model that is exported.
-    """
-    task = validation.task
-    outputs, predictions = validation.best_outputs(best_epoch, model)
-    update = task.calibrate(validation.examples, predictions)
-    if update:
-        task.state = {**task.state, **update}
-        description = {**description, "state": task.state}
-        if run is not None:
-            run.write_task_description(description)
-        predictions = validation.decode(outputs)
-    if run is not None:
-        task.write_predictions(validation.examples, predictions, run.path)
-    return task.evaluate(validation.examples, predictions), description, predictions
-
-
-def write_results(
-    run: RunDirectory,
-    recipe: Recipe,
-    data: TaskData,
-    history: list,
-    final: dict,
-    seconds: float,
-    validation_predictions,
-) -> None:
-    """`metrics.json`, the run report and model card; prints the final metrics."""
-    from bertkit.report import write_run_report
-
-    monitor = read_json(run.metrics_file)["monitor"]
-    write_json(run.metrics_file, {"monitor": monitor, "epochs": history, "final": final})
-    write_run_report(
-        run.path, recipe, data, history, final, monitor, seconds, validation_predictions
-    )
-    for split, metrics in final.items():
-        shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items() if isinstance(v, (int, float)))
-        print(f"{split}: {shown}")
-
-
-def export_run(run: RunDirectory, finetuned) -> None:
-    """The run's `saved_model/`: exported here on TensorFlow, by a TensorFlow child process
-    after a JAX run, or a note on stderr where TensorFlow is not installed."""
-    import keras
-
-    from bertkit.serving.export import export_in_tensorflow_process, tensorflow_available
-
-    on_tensorflow = keras.backend.backend() == "tensorflow"
-    if not on_tensorflow and not tensorflow_available():
-        print(
-            f"no SavedModel: export needs TensorFlow; run 'bertkit export {run.path} "
-            "--out DIR' where TensorFlow is installed",
-            file=sys.stderr,
-        )
-        return
-    if run.saved_model_dir.exists():
-        shutil.rmtree(run.saved_model_dir)  # from an interrupted export of this run
-    if on_tensorflow:
-        finetuned.export(run.saved_model_dir)
-    else:  # trained on JAX: the saved best weights, rebuilt on TensorFlow in a child
-        export_in_tensorflow_process(run.path, run.saved_model_dir)

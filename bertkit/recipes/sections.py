@@ -1,0 +1,153 @@
+"""The core's recipe sections, `backbone:` and `training:`: their keys, defaults, bounds and
+help (the schema `bertkit.recipes.schema` checks and `bertkit schema` shows). `Recipe` and its
+loading are `bertkit.recipes.recipe`'s, which re-exports these classes."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from bertkit.model.lora import LoraConfig
+
+_field = dataclasses.field
+
+
+@dataclasses.dataclass(frozen=True)
+class BackboneConfig:
+    preset: str = _field(
+        metadata={
+            "help": "keras-hub preset name, hf://org/name, "
+            "package:module/folder, or a local folder (keras-hub "
+            "preset, Hugging Face BERT, or Google BERT checkpoint)"
+        }
+    )
+    sequence_length: int = _field(
+        default=128, metadata={"min": 8, "max": 4096, "help": "longest model input in word pieces"}
+    )
+    lowercase: bool | None = _field(
+        default=None,
+        metadata={"help": "lowercase and strip accents; null takes the checkpoint's setting"},
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingConfig:
+    epochs: int = _field(default=3, metadata={"min": 1, "max": 10_000})
+    batch_size: int = _field(default=32, metadata={"min": 1})
+    eval_batch_size: int | None = _field(
+        default=None, metadata={"min": 1, "help": "defaults to 2 x batch_size"}
+    )
+    learning_rate: float = _field(default=3e-5, metadata={"min_exclusive": 0.0})
+    warmup_ratio: float = _field(default=0.1, metadata={"min": 0.0, "max": 1.0})
+    weight_decay: float = _field(
+        default=0.01,
+        metadata={"min": 0.0, "help": "AdamW decay; never applied to biases and LayerNorm"},
+    )
+    adam_epsilon: float = _field(
+        default=1e-6,
+        metadata={"min_exclusive": 0.0, "help": "AdamW's epsilon, added after the bias correction"},
+    )
+    max_grad_norm: float | None = _field(
+        default=1.0,
+        metadata={"min_exclusive": 0.0, "help": "global-norm gradient clipping; null disables it"},
+    )
+    gradient_accumulation_steps: int = _field(default=1, metadata={"min": 1})
+    mixed_precision: Literal["bfloat16", "float16"] | None = None
+    jit_compile: bool | Literal["auto"] = _field(
+        default="auto",
+        metadata={"help": "XLA; 'auto' uses it on GPUs only (it does not speed up CPU training)"},
+    )
+    compilation_cache: str = _field(
+        default="auto",
+        metadata={
+            "help": "folder of JAX's persistent compilation cache, so that a second run compiles "
+            "nothing; auto: $BERTKIT_COMPILATION_CACHE, else ~/.cache/bertkit/xla; off: "
+            "no cache"
+        },
+    )
+    seed: int = _field(
+        default=42,
+        metadata={
+            "min": 0,
+            "max": 2**32 - 1,
+            "help": "seeds NumPy, Python and the backend (NumPy takes 0 to 2^32 - 1)",
+        },
+    )
+    seeds: int = _field(
+        default=1,
+        metadata={
+            "min": 1,
+            "max": 100,
+            "help": "train seed, seed + 1, ... one after another in "
+            "seeds/seed-<k>/; report mean and sd (README: Seeds)",
+        },
+    )
+    keep_seed: Literal["median", "best"] = _field(
+        default="median",
+        metadata={
+            "help": "seeds > 1: the seed whose model is the run's, by the validation monitor"
+        },
+    )
+    checkpoint_every_steps: int | None = _field(
+        default=None,
+        metadata={
+            "min": 1,
+            "help": "also checkpoint every N training steps (default: at epoch ends)",
+        },
+    )
+    checkpoint_every_minutes: float | None = _field(
+        default=None,
+        metadata={"min_exclusive": 0.0, "help": "also checkpoint every M minutes of training"},
+    )
+    early_stopping_patience: int | None = _field(
+        default=None,
+        metadata={
+            "min": 1,
+            "help": "stop after this many epochs without a better validation metric",
+        },
+    )
+    distribution: Literal["auto", "one_device", "data_parallel", "mirrored"] = _field(
+        default="auto",
+        metadata={
+            "help": "data parallel over this machine's devices (JAX: keras.distribution."
+            "DataParallel, TensorFlow: MirroredStrategy); 'auto' when there are "
+            "several, 'data_parallel' (or 'mirrored') always; batch_size is global"
+        },
+    )
+    bucket_lengths: tuple[int, ...] | None = _field(
+        default=None,
+        metadata={
+            "help": "padded batch lengths to choose from; null: 16, 32, 64, 128, ... "
+            "up to sequence_length"
+        },
+    )
+    batch_order: Literal["length_buckets", "random"] = _field(
+        default="length_buckets",
+        metadata={
+            "help": "length_buckets: each batch from one bucket (least padding); random: "
+            "rows drawn at random, as transformers' Trainer does"
+        },
+    )
+    micro_batches: int = _field(
+        default=1,
+        metadata={
+            "min": 1,
+            "help": "random order: split each batch by length into this many parts, "
+            "each padded to its own bucket; the update is the whole batch's",
+        },
+    )
+    packing: bool = _field(
+        default=False,
+        metadata={
+            "help": "lay each batch's rows end to end in a few long rows (block-diagonal "
+            "attention, positions restart per row): the same update, far less padding; "
+            "tagging and classification, one device"
+        },
+    )
+    lora: LoraConfig | None = _field(
+        default=None,
+        metadata={
+            "help": "train low-rank updates of the backbone's layers and the task head only "
+            "(README: LoRA); null: every weight"
+        },
+    )

@@ -32,7 +32,12 @@ MAX_TOP_LEVEL_MODULES = 16  # *.py files directly in bertkit/, __init__.py inclu
 # "module" (its path under bertkit/, dotted) or "module.function" / "module.Class.method":
 # why it may stay over its limit. Keep this short: a long function is split into named
 # helpers, a long module into modules of one concern each.
-EXCEPTIONS: dict[str, str] = {}
+EXCEPTIONS: dict[str, str] = {
+    "testing.contract.run_task_contract_test": (
+        "public test helper: its 12 documented options are 38 lines of signature and Args; "
+        "the body is the module docstring's seven checks, one named call each"
+    ),
+}
 
 
 # ---------------------------------------------------------------- reading the sources

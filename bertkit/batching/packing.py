@@ -114,18 +114,13 @@ def pack_batch(
     lengths = features.lengths(rows)
     width = packing_width(int(lengths.max()), pad_lengths)
     layout = pack_lengths(lengths, width)
-    columns = {
-        name: column for name, column in features.columns.items() if features.is_sequence(name)
-    }
+    columns = _sequence_columns(features)
     batch = _empty_packed_batch(
         features, columns, rows, (packed_row_count(len(layout), row_counts), width)
     )
     for packed_row, members in enumerate(layout):
         _place_rows(batch, columns, rows, lengths, packed_row, members)
-    for name, column in features.columns.items():
-        if not features.is_sequence(name):
-            batch[name] = np.asarray(column)[rows]
-    return batch
+    return {**batch, **_per_row_columns(features, rows)}
 
 
 def packed_row_count(count: int, row_counts: tuple[int, ...] | None) -> int:
@@ -134,6 +129,20 @@ def packed_row_count(count: int, row_counts: tuple[int, ...] | None) -> int:
         return count
     allowed = row_counts[min(int(np.searchsorted(row_counts, count)), len(row_counts) - 1)]
     return max(allowed, count)
+
+
+def _sequence_columns(features: Features) -> dict:
+    """{name: column} of the columns of `features` that hold a sequence per row."""
+    return {name: column for name, column in features.columns.items() if features.is_sequence(name)}
+
+
+def _per_row_columns(features: Features, rows: np.ndarray) -> dict:
+    """{name: one value per row of `rows`} of the columns that hold one value per row."""
+    return {
+        name: np.asarray(column)[rows]
+        for name, column in features.columns.items()
+        if not features.is_sequence(name)
+    }
 
 
 def _empty_packed_batch(

@@ -53,15 +53,15 @@ def add_set(sub) -> None:
 
 
 def add_process_options(sub) -> None:
-    from bertkit.parallel.multi_process import (
-        DEFAULT_HEARTBEAT_TIMEOUT,
-        DEFAULT_STARTUP_TIMEOUT,
-        STARTUP_TIMEOUT_VARIABLE,
-    )
-
     group = sub.add_argument_group(
         "several processes (JAX; one command per process, the same recipe everywhere)"
     )
+    _add_job_options(group)
+    _add_timeout_options(group)
+
+
+def _add_job_options(group) -> None:
+    """Where process 0 is, how many processes there are, and which one this is."""
     group.add_argument(
         "--coordinator",
         metavar="HOST:PORT",
@@ -80,6 +80,16 @@ def add_process_options(sub) -> None:
         help="this process, 0 to N-1; 0 writes the run directory (default: "
         "$KERAS_DISTRIBUTION_PROCESS_ID)",
     )
+
+
+def _add_timeout_options(group) -> None:
+    """How long the job waits for a silent process, and for every process to start."""
+    from bertkit.parallel.multi_process import (
+        DEFAULT_HEARTBEAT_TIMEOUT,
+        DEFAULT_STARTUP_TIMEOUT,
+        STARTUP_TIMEOUT_VARIABLE,
+    )
+
     group.add_argument(
         "--heartbeat-timeout",
         type=positive,

@@ -28,6 +28,13 @@ def add_to(commands) -> None:
     )
     sub.set_defaults(task_arguments=[])
     sub.add_argument("run_dir")
+    _add_input_options(sub)
+    _add_size_options(sub)
+    _add_output_options(sub)
+
+
+def _add_input_options(sub) -> None:
+    """Where the inputs come from, and how a file's texts are found."""
     sub.add_argument(
         "--input",
         metavar="FILE",
@@ -50,6 +57,10 @@ def add_to(commands) -> None:
         default="auto",
         help="with --column: the file format (default: from the file name; required for stdin)",
     )
+
+
+def _add_size_options(sub) -> None:
+    """How many inputs go into one model call, and how long an input may be."""
     sub.add_argument(
         "--batch-size",
         type=positive,
@@ -64,6 +75,10 @@ def add_to(commands) -> None:
         help="a longer input (all its texts together) gets an error object "
         f"(default: {MAX_INPUT_CHARACTERS:,})",
     )
+
+
+def _add_output_options(sub) -> None:
+    """Where the JSON lines go."""
     sub.add_argument(
         "--output",
         metavar="FILE",

@@ -11,6 +11,13 @@ def add_to(commands) -> None:
     )
     sub.add_argument("recipe")
     add_set(sub)
+    _add_budget_options(sub)
+    _add_study_options(sub)
+    _add_worker_options(sub)
+
+
+def _add_budget_options(sub) -> None:
+    """When the search stops."""
     sub.add_argument(
         "--trials",
         type=positive,
@@ -23,6 +30,10 @@ def add_to(commands) -> None:
         metavar="SECONDS",
         help="start no trial after this many seconds (default: search.timeout)",
     )
+
+
+def _add_study_options(sub) -> None:
+    """Where the study lives: its storage, name and folder."""
     sub.add_argument(
         "--storage",
         metavar="URL",
@@ -36,6 +47,10 @@ def add_to(commands) -> None:
         "hash of the study folder's path)",
     )
     sub.add_argument("--output", metavar="DIR", help="study folder (default: <output_dir>.study)")
+
+
+def _add_worker_options(sub) -> None:
+    """What this worker does: keep its trial alive, or only write the report."""
     sub.add_argument(
         "--heartbeat",
         type=positive,

@@ -147,6 +147,14 @@ def config_mismatch(config: dict, shapes: dict[str, tuple]) -> str | None:
         >>> config_mismatch({"vocab_size": 30}, shapes)
         "config.json lacks 'hidden_size' (a whole number of at least 1)"
     """
+    return (
+        _size_mismatch(config) or _shape_mismatch(config, shapes) or _layer_mismatch(config, shapes)
+    )
+
+
+def _size_mismatch(config: dict) -> str | None:
+    """A size that is missing or not a whole number of at least 1, or a hidden size the
+    attention heads do not divide; None if the sizes are sound."""
     for key in (*REQUIRED_CONFIG_KEYS, "type_vocab_size"):
         problem = size_problem(config, key, 2 if key == "type_vocab_size" else None)
         if problem:
@@ -157,6 +165,11 @@ def config_mismatch(config: dict, shapes: dict[str, tuple]) -> str | None:
             f"config.json's hidden_size {hidden} is not a multiple of its "
             f"num_attention_heads {config['num_attention_heads']}"
         )
+    return None
+
+
+def _shape_mismatch(config: dict, shapes: dict[str, tuple]) -> str | None:
+    """The first weight of `_SHAPE_KEYS` whose shape the config's sizes contradict."""
     for suffix, keys in _SHAPE_KEYS.items():
         expected = tuple(config.get(key, 2) for key in keys)
         found = next(
@@ -172,6 +185,11 @@ def config_mismatch(config: dict, shapes: dict[str, tuple]) -> str | None:
                 f"config.json does not match the weights: {suffix} has shape "
                 f"{tuple(found)}; config.json's {' and '.join(keys)} make it {expected}"
             )
+    return None
+
+
+def _layer_mismatch(config: dict, shapes: dict[str, tuple]) -> str | None:
+    """A `num_hidden_layers` other than the number of layers the weights have."""
     layers = {match[1] for name in shapes if (match := re.search(r"layer\.(\d+)\.", name))}
     if layers and len(layers) != config["num_hidden_layers"]:
         return (

@@ -43,6 +43,16 @@ def export_saved_model(
     once complete: a folder that cannot be written, or a full disk, is a `UserError`
     naming `directory`, and leaves nothing behind.
     """
+    directory = _checked_export_folder(directory)
+    limits = _checked_limits(max_input_characters, max_request_characters)
+    with _staging_folder(directory) as staging:
+        _write_saved_model(task, model, staging, {**metadata, "input_limits": limits})
+    return directory
+
+
+def _checked_export_folder(directory) -> Path:
+    """`directory` as a `Path`, once the backend is TensorFlow and the folder is new or
+    empty; a `UserError` otherwise."""
     import keras
 
     if keras.backend.backend() != "tensorflow":
@@ -55,6 +65,12 @@ def export_saved_model(
         raise UserError("export path exists and is not a folder; choose another", source=directory)
     if directory.exists() and any(directory.iterdir()):
         raise UserError("export folder exists and is not empty; choose another", source=directory)
+    return directory
+
+
+def _checked_limits(max_input_characters, max_request_characters) -> dict:
+    """The input limits as `assets/bertkit.json` records them, each a whole number of at
+    least 1 (a `UserError` naming the key otherwise)."""
     limits = {
         "max_input_characters": max_input_characters,
         "max_request_characters": max_request_characters,
@@ -62,9 +78,7 @@ def export_saved_model(
     for key, value in limits.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"expected a whole number of at least 1, got {value!r}", key=key)
-    with _staging_folder(directory) as staging:
-        _write_saved_model(task, model, staging, {**metadata, "input_limits": limits})
-    return directory
+    return limits
 
 
 def check_finite_weights(model, source) -> None:
@@ -225,6 +239,34 @@ def export_in_tensorflow_process(run_dir, directory) -> Path:
     return Path(directory)
 
 
+def _checked_batches(names: list, tensors) -> tuple[list, object]:
+    """`tensors` (graph inputs, one per name), each checked to be a 1-D batch of strings
+    and to have as many rows as the first (an `InvalidArgumentError` naming the input
+    otherwise), and that number of rows."""
+    import tensorflow as tf
+
+    checked = []
+    for name, tensor in zip(names, tensors, strict=True):
+        is_batch = tf.debugging.Assert(
+            tf.equal(tf.rank(tensor), 1),
+            [
+                f"input {name} must be a 1-D batch of strings (shape [batch]), got shape",
+                tf.shape(tensor),
+            ],
+        )
+        with tf.control_dependencies([is_batch]):
+            # A reshape, not EnsureShape: that would fail first, with its own message.
+            checked.append(tf.ensure_shape(tf.reshape(tensor, [-1]), [None]))
+    size = tf.shape(checked[0])[0]
+    for name, tensor in zip(names[1:], checked[1:], strict=True):
+        tf.debugging.assert_equal(
+            tf.shape(tensor)[0],
+            size,
+            message=(f"input {name} must have as many rows as input {names[0]}"),
+        )
+    return checked, size
+
+
 # A batch of one placeholder input stands in for an empty batch, whose outputs are then
 # cut to 0 rows: the tasks' graphs need not handle empty batches, and every output
 # keeps its dtype and inner dimensions. "[MASK]" is a valid input of every built-in task.
@@ -246,25 +288,7 @@ def checked_serve(
     import tensorflow as tf
 
     def serve(*tensors):
-        checked = []
-        for name, tensor in zip(names, tensors, strict=True):
-            is_batch = tf.debugging.Assert(
-                tf.equal(tf.rank(tensor), 1),
-                [
-                    f"input {name} must be a 1-D batch of strings (shape [batch]), got shape",
-                    tf.shape(tensor),
-                ],
-            )
-            with tf.control_dependencies([is_batch]):
-                # A reshape, not EnsureShape: that would fail first, with its own message.
-                checked.append(tf.ensure_shape(tf.reshape(tensor, [-1]), [None]))
-        size = tf.shape(checked[0])[0]
-        for name, tensor in zip(names[1:], checked[1:], strict=True):
-            tf.debugging.assert_equal(
-                tf.shape(tensor)[0],
-                size,
-                message=(f"input {name} must have as many rows as input {names[0]}"),
-            )
+        checked, size = _checked_batches(names, tensors)
         checked = within_limits(checked, max_input_characters, max_request_characters)
         inputs = {
             name: tf.cond(size > 0, lambda t=tensor: t, lambda: tf.constant([_FILLER]))

@@ -59,17 +59,13 @@ def check_preprocessor(task, inputs: list, serving_inputs: dict | None = None) -
         The names compared, in `serve`'s order: a test can require its task's
         bookkeeping among them.
     """
-    import tensorflow as tf
-
     preprocessor = task.preprocessor()
     if preprocessor is None:
         return []
     if serving_inputs is None:
         serving_inputs = default_serving_inputs(task, inputs)
     features = preprocessor.featurize([task.parse_input(value) for value in inputs])
-    served = preprocessor.serve(
-        {name: tf.constant(values, tf.string) for name, values in serving_inputs.items()}
-    )
+    served = _serve_eagerly(preprocessor, serving_inputs)
     python = {**features.columns, **features.extras, "example_index": features.example_index}
     compared = _names_to_compare(python, served)
     for name in compared:
@@ -83,6 +79,15 @@ def default_serving_inputs(task, inputs: list) -> dict:
     """`inputs` under the name of the task's only serving input."""
     (name,) = task.serving_inputs()
     return {name: list(inputs)}
+
+
+def _serve_eagerly(preprocessor, serving_inputs: dict) -> dict:
+    """The outputs of `preprocessor.serve` for `serving_inputs` (name -> list of strings)."""
+    import tensorflow as tf
+
+    return preprocessor.serve(
+        {name: tf.constant(values, tf.string) for name, values in serving_inputs.items()}
+    )
 
 
 def _names_to_compare(python: dict, served: dict) -> list[str]:

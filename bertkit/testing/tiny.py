@@ -110,10 +110,6 @@ def write_tiny_checkpoint(
 
     `config_overrides` replace or add config.json keys (e.g. `type_vocab_size=3`).
     """
-    from safetensors.numpy import save_file
-
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     vocabulary = vocabulary or tiny_vocabulary()
     config = {
         "model_type": "bert",
@@ -129,6 +125,15 @@ def write_tiny_checkpoint(
         "layer_norm_eps": 1e-12,
         **config_overrides,
     }
+    return _write_hf_folder(Path(directory), config, vocabulary, seed)
+
+
+def _write_hf_folder(directory: Path, config: dict, vocabulary: list[str], seed: int) -> Path:
+    """Writes `config`, `vocabulary` and random weights (`random_bert_state`) into
+    `directory`, made if need be, as Hugging Face names them."""
+    from safetensors.numpy import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     (directory / "vocab.txt").write_text("\n".join(vocabulary) + "\n")
     (directory / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))

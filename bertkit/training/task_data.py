@@ -39,22 +39,7 @@ class TaskData:
         # Reading needs only the options: it runs before the model loads, so data errors
         # come fast; the task that featurizes is then made complete, tokenizer and state.
         with phases("read"):
-            reader = make_task(recipe)
-            train = reader.read(recipe.data.train)
-            if not train:
-                raise UserError("no training examples", source=recipe.data.train)
-            if recipe.data.validation:
-                validation = reader.read(recipe.data.validation)
-            else:
-                train, validation = reader.split_validation(train)
-            state = state if state is not None else reader.fit_state(train)
-            labels = state.get("labels") if isinstance(state, dict) else None
-            if labels is not None and len(labels) < 2:
-                raise UserError(
-                    f"the training data has only one label ({', '.join(labels)}) "
-                    "and the model would learn nothing; a task needs at least two",
-                    source=recipe.data.train,
-                )
+            train, validation, state = _read_examples(recipe, state)
         with phases("load_backbone"):
             pretrained = cls._backbone(recipe, load_pretrained)
         with phases("featurize"):
@@ -117,6 +102,29 @@ class TaskData:
             lowercase=recipe.backbone.lowercase,
             source=recipe.source,
         )
+
+
+def _read_examples(recipe: Recipe, state: dict | None) -> tuple[list, list | None, dict]:
+    """The training and validation examples (split off the training data when the recipe
+    names no validation file) and the task's state (`fit_state`, unless given), by a task
+    of the options alone."""
+    reader = make_task(recipe)
+    train = reader.read(recipe.data.train)
+    if not train:
+        raise UserError("no training examples", source=recipe.data.train)
+    if recipe.data.validation:
+        validation = reader.read(recipe.data.validation)
+    else:
+        train, validation = reader.split_validation(train)
+    state = state if state is not None else reader.fit_state(train)
+    labels = state.get("labels") if isinstance(state, dict) else None
+    if labels is not None and len(labels) < 2:
+        raise UserError(
+            f"the training data has only one label ({', '.join(labels)}) "
+            "and the model would learn nothing; a task needs at least two",
+            source=recipe.data.train,
+        )
+    return train, validation, state
 
 
 def make_task(recipe: Recipe, *, tokenizer=None, state: dict | None = None):

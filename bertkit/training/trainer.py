@@ -12,6 +12,13 @@ Called in every process of a multi-process job (after `keras.distribution.initia
 
 With `training.seeds > 1`, the run directory holds one ordinary run per seed in `seeds/`
 and their mean ± sd, and the median (or best) seed's model (`bertkit.training.seeds`).
+
+Example:
+    >>> import bertkit
+    >>> model = bertkit.finetune("recipes/quickstart.yaml",
+    ...                          training={"epochs": 1})  # doctest: +SKIP
+    >>> model.predict(["What a delight."])[0]["label"]  # doctest: +SKIP
+    'positive'
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ import time
 from pathlib import Path
 
 from bertkit.errors import UserError
+from bertkit.parallel.multi_process import process_zero_decides, quiet_unless_writer
 from bertkit.recipes.recipe import Recipe, check_inputs, load_recipe
 from bertkit.run_dir import RunDirectory, read_json
 from bertkit.training import run_steps
+from bertkit.training.phases import Phases
 from bertkit.training.run_steps import (  # noqa: F401 (public here too: the benchmarks import them)
     FitSettings,
     batch_plan,
@@ -62,27 +71,15 @@ def finetune(
             the run finishes with the best epoch so far (`bertkit tune` prunes this way).
         **sections: recipe sections to merge, e.g. `training={"epochs": 1}`.
 
-    Resuming and multi-process jobs: see the module's docstring.
-
-    Example:
-        >>> import bertkit
-        >>> model = bertkit.finetune("recipes/quickstart.yaml",
-        ...                          training={"epochs": 1})  # doctest: +SKIP
-        >>> model.predict(["What a delight."])[0]["label"]  # doctest: +SKIP
-        'positive'
+    Resuming, multi-process jobs and an example: see the module's docstring.
     """
-    from bertkit.parallel.multi_process import process_zero_decides, quiet_unless_writer
-    from bertkit.training.phases import Phases
-
     phases = Phases()
     with phases("recipe"):
         recipe, run = _checked_run(recipe, overrides, sections, output_dir, features)
         fresh = overwrite or run.is_empty()
     with contextlib.ExitStack() as held, quiet_unless_writer():
         with phases("recipe"):
-            resuming = bool(
-                process_zero_decides(lambda: _open_run(held, run, recipe.to_yaml(), overwrite))
-            )
+            resuming = _resuming(held, run, recipe, overwrite)
         return _train_or_undo(
             run, fresh, lambda: _train(recipe, run, resuming, verbose, features, phases, callbacks)
         )
@@ -129,6 +126,12 @@ def _train_or_undo(run: RunDirectory, fresh: bool, train):
     if writes:
         run.drop_replaced()
     return finetuned
+
+
+def _resuming(held: contextlib.ExitStack, run: RunDirectory, recipe, overwrite: bool) -> bool:
+    """Process 0 opens the run directory (`_open_run`) and tells every process whether the
+    run resumes."""
+    return bool(process_zero_decides(lambda: _open_run(held, run, recipe.to_yaml(), overwrite)))
 
 
 def _open_run(

@@ -7,8 +7,11 @@ task's `monitor` metric on the validation split (maximized or minimized by its
 that falls behind. With `training.seeds > 1` it is the mean over a trial's seeds, and
 the trial runs them all (unpruned). The study lives in an Optuna storage: SQLite in
 the study folder by default, or any RDB URL (PostgreSQL) shared by workers on several
-machines. Workers send heartbeats, so a trial whose worker was killed is failed once its
-heartbeat is stale and run again by the next worker.
+machines. Any number of processes may call `tune` on one storage: together they finish the
+requested number of trials. Workers send heartbeats (every `heartbeat_seconds`), so a trial
+whose worker was killed (a kill -9 included) is failed once its heartbeat is older than twice
+that, and run again by the next worker: an interrupted search resumes when `tune` is called
+again.
 
 Layout of the study folder (default `<output_dir>.study/`)::
 
@@ -76,10 +79,8 @@ def tune(
     """Runs a hyperparameter search over the recipe's `search:` section; returns the study.
 
     Runs trials until the study has `trials` finished (complete or pruned) trials, or
-    `timeout` seconds have passed; then writes the report. Any number of processes may
-    call it on one storage: together they finish the requested number. Interrupted (a
-    kill -9 included), call it again: the killed trial is failed once its heartbeat is
-    older than twice `heartbeat_seconds`, and run again.
+    `timeout` seconds have passed; then writes the report. Several workers, resuming after
+    a kill, and an example: see the module's docstring.
 
     Args:
         recipe: a recipe file path or mapping with a `search:` section.
@@ -92,12 +93,8 @@ def tune(
         overrides: `--set`-style strings applied to every trial's recipe.
         heartbeat_seconds: how often a worker tells the storage its trial is alive.
         verbose: Keras progress output of each trial (see `finetune`).
-
-    Example: see the module's docstring.
     """
-    require_optuna()
-    base = load_search_recipe(recipe, overrides)
-    check_search(base)  # a missing file or validation split fails once here, not every trial
+    base = _checked_search_recipe(recipe, overrides)
     place = StudyPlace.of(base, output_dir, storage, study_name)
     study = _start_study(place, base, heartbeat_seconds, shared=bool(storage))
     target = trials or base.search.options.trials
@@ -107,6 +104,15 @@ def tune(
     run_trials(study, objective, deadline, poll_seconds=min(heartbeat_seconds, 10))
     write_study_report(study, place.folder)
     return study
+
+
+def _checked_search_recipe(recipe, overrides) -> Recipe:
+    """The recipe with its `search:` section, once Optuna is there and the recipe's files
+    are: a missing file or validation split fails once here, not every trial."""
+    require_optuna()
+    base = load_search_recipe(recipe, overrides)
+    check_search(base)
+    return base
 
 
 def _start_study(place: StudyPlace, base: Recipe, heartbeat_seconds: int, shared: bool):

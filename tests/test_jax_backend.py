@@ -49,7 +49,7 @@ def recipes(folder) -> dict:
     write_lines(folder / "train.jsonl", qa_lines(32, seed=1))
     write_lines(folder / "dev.jsonl", qa_lines(9, seed=2))
     common = {"schema": 1, "backbone": {"preset": "./ckpt", "sequence_length": 32}}
-    training = {"epochs": 2, "batch_size": 8, "learning_rate": 3e-3}
+    training = {"epochs": 1, "batch_size": 8, "learning_rate": 3e-3}
     packed = {"batch_order": "random", "packing": True}  # (the resume test runs unpacked)
     return {
         "classification": {
@@ -101,13 +101,13 @@ def test_jax_run_is_complete(runs, task):
     folder, predictions = runs
     run = folder / f"{task}_run"
     metrics = json.loads((run / "metrics.json").read_text())
-    assert [epoch["epoch"] for epoch in metrics["epochs"]] == [1, 2]
+    assert [epoch["epoch"] for epoch in metrics["epochs"]] == [1]
     assert all(
         f"val_{metrics['monitor'].removeprefix('val_')}" in epoch for epoch in metrics["epochs"]
     )
     assert metrics["final"]["validation"]
     status = json.loads((run / "run.json").read_text())
-    assert status["status"] == "finished" and status["best_epoch"] in (1, 2)
+    assert status["status"] == "finished" and status["best_epoch"] == 1
     assert (run / "model" / "model.weights.h5").is_file()
     assert not (run / "checkpoint").exists()
     assert list((run / "logs").glob("train/events.*"))  # TensorBoard, through tf.summary

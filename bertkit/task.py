@@ -59,6 +59,8 @@ What a task declares, each as a small piece:
                        (classification's `--top-k`)
 `serving_inputs`,      the exported SavedModel signature: raw strings in,
 `serve`                decoded outputs out, in TensorFlow ops
+`transformers_head`    optional: the head as a transformers BERT task model, for
+                       `bertkit export --format transformers`
 `preprocessor`         optional: one object holding both paths from inputs to
                        rows, Python (`featurize`) and TensorFlow (`serve`), over
                        one tokenizer and window rule; the contract test checks
@@ -302,6 +304,11 @@ class Task:
     def serve(self, model, inputs: dict) -> dict:
         """Raw string tensors -> decoded output tensors, in TensorFlow ops."""
         raise NotImplementedError
+
+    def transformers_head(self):
+        """A `bertkit.serving.transformers_export.TransformersHead`, or None (default): the
+        task has no transformers counterpart and `export --format transformers` refuses it."""
+        return None
 
     # ---- preprocessor (optional)
     def preprocessor(self):

@@ -1,4 +1,5 @@
-"""`bertkit export RUN_DIR --out DIR`: a raw-text TensorFlow SavedModel of a run."""
+"""`bertkit export RUN_DIR --out DIR`: a raw-text TensorFlow SavedModel of a run, or with
+`--format transformers` a Hugging Face transformers folder."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ def add_to(commands) -> None:
     )
     sub.add_argument("run_dir")
     sub.add_argument("--out", metavar="DIR", required=True)
+    sub.add_argument(
+        "--format",
+        choices=("savedmodel", "transformers"),
+        default="savedmodel",
+        help="savedmodel (default): raw text in, decoded answers out; transformers: a "
+        "Hugging Face folder (config.json, model.safetensors, tokenizer) for classification, "
+        "tagging and span QA",
+    )
     sub.add_argument(
         "--max-input-characters",
         type=positive,
@@ -32,6 +41,11 @@ def add_to(commands) -> None:
 def run(args) -> None:
     import bertkit
 
+    if args.format == "transformers":
+        from bertkit.serving.transformers_export import export_transformers
+
+        print(export_transformers(args.run_dir, args.out).summary)
+        return
     path = bertkit.load(args.run_dir).export(
         args.out,
         max_input_characters=args.max_input_characters,

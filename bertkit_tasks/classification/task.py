@@ -224,6 +224,21 @@ class ClassificationTask(Task):
             "label_names": tf.broadcast_to(tf.constant(self.labels), tf.shape(probabilities)),
         }
 
+    def transformers_head(self):
+        """`BertForSequenceClassification`: the same pooled [CLS] -> Dense, and softmax."""
+        from bertkit.serving.transformers_export import TransformersHead
+
+        pairs = {"text": self.data.text, "text_pair": self.data.text_pair}
+        return TransformersHead(
+            architecture="BertForSequenceClassification",
+            layer="classifier",
+            module="classifier",
+            labels=tuple(self.labels),
+            pipeline="text-classification",
+            call_options={"truncation": True},
+            settings={"text_pairs": bool(self.data.text_pair), "columns": pairs},
+        )
+
 
 def _sorted_labels(labels: set) -> list[str]:
     """Numeric labels in numeric order ("2" before "10"), others alphabetically."""

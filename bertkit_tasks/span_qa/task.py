@@ -368,6 +368,44 @@ class SpanQATask(Task):
             outputs["null_score_diff"] = spans["null_score_diff"]
         return outputs
 
+    def transformers_head(self):
+        """`BertForQuestionAnswering`: the same Dense(2) start and end logits per token."""
+        from bertkit.serving.transformers_export import TransformersHead
+
+        options = self.options
+        lost = [
+            f"windows every {options.doc_stride} word pieces over contexts longer than one "
+            "(bertkit's doc_stride is the step between windows, transformers' their overlap)"
+        ]
+        settings = {
+            "version": options.version,
+            "doc_stride": options.doc_stride,
+            "max_query_length": options.max_query_length,
+            "max_answer_length": options.max_answer_length,
+        }
+        if options.version == "2.0":
+            settings["null_score_threshold"] = self.null_score_threshold
+            lost.insert(
+                0,
+                f"the tuned no-answer threshold {self.null_score_threshold:.4g} (answer '' when "
+                "null score - best span score exceeds it; transformers' "
+                "handle_impossible_answer compares at 0)",
+            )
+        call = {"max_answer_len": options.max_answer_length, "max_seq_len": self.sequence_length}
+        call["max_question_len"] = options.max_query_length
+        if options.version == "2.0":
+            call["handle_impossible_answer"] = True
+        return TransformersHead(
+            architecture="BertForQuestionAnswering",
+            layer="span_logits",
+            module="qa_outputs",
+            labels=("start", "end"),
+            pipeline="question-answering",
+            call_options=call,
+            settings=settings,
+            not_represented=tuple(lost),
+        )
+
 
 def span_loss(targets, logits):
     """Mean of the start and end cross-entropies; targets (batch, 2), logits (batch, seq, 2)."""

@@ -326,3 +326,35 @@ class TaggingTask(Task):
             self.labels,
             self.allowed_transitions,
         )
+
+    def transformers_head(self):
+        """`BertForTokenClassification`: the same Dense over each word piece; transformers'
+        pipeline reads a word's tag at its first piece with `aggregation_strategy="first"`."""
+        from bertkit.serving.transformers_export import TransformersHead
+
+        window = self._preprocessor.window_size
+        lost = [
+            f"windows over sentences longer than {window} word pieces (stride "
+            f"{self._preprocessor.stride}; transformers truncates them)"
+        ]
+        if self.options.decoding == "constrained":
+            lost.insert(
+                0,
+                f"constrained {self.options.scheme} decoding (bertkit's most probable well-formed "
+                "tag sequence; transformers takes each word's most probable tag)",
+            )
+        return TransformersHead(
+            architecture="BertForTokenClassification",
+            layer="tagger",
+            module="classifier",
+            labels=tuple(self.labels),
+            pipeline="token-classification",
+            call_options={"aggregation_strategy": "first"},
+            settings={
+                "scheme": self.options.scheme,
+                "decoding": self.options.decoding,
+                "window_stride": self._preprocessor.stride,
+                "label_all_subtokens": self.options.label_all_subtokens,
+            },
+            not_represented=tuple(lost),
+        )

@@ -6,7 +6,7 @@ them and turns every mistake into one `UserError` with file, line and key path.
 It also renders the same dataclasses as JSON Schema for editor completion.
 
 Field metadata understood here: `help` (description), `min`/`max` (inclusive
-bounds), `min_exclusive`, and `path=True` (a file path, resolved against the
+bounds), `min_exclusive`, `max_exclusive`, and `path=True` (a file path, resolved against the
 recipe's folder).
 """
 
@@ -172,6 +172,8 @@ def _check_bounds(value, meta, origin, path):
         raise origin.error(f"must be at least {-_LARGEST_INTEGER}, got {shown}", path)
     if "min_exclusive" in meta and value <= meta["min_exclusive"]:
         raise origin.error(f"must be greater than {meta['min_exclusive']}, got {shown}", path)
+    if "max_exclusive" in meta and value >= meta["max_exclusive"]:
+        raise origin.error(f"must be less than {meta['max_exclusive']}, got {shown}", path)
 
 
 def _describe(value) -> str:
@@ -229,6 +231,7 @@ def json_schema(cls) -> dict:
             ("min", "minimum"),
             ("max", "maximum"),
             ("min_exclusive", "exclusiveMinimum"),
+            ("max_exclusive", "exclusiveMaximum"),
         ):
             if key in meta:
                 prop[schema_key] = meta[key]

@@ -38,6 +38,22 @@ class TrainingConfig:
         default=None, metadata={"min": 1, "help": "defaults to 2 x batch_size"}
     )
     learning_rate: float = _field(default=3e-5, metadata={"min_exclusive": 0.0})
+    head_learning_rate: float | None = _field(
+        default=None,
+        metadata={
+            "min_exclusive": 0.0,
+            "help": "peak learning rate of the task head (the layers outside the backbone), "
+            "on the same schedule; null: learning_rate",
+        },
+    )
+    reinit_top_layers: int = _field(
+        default=0,
+        metadata={
+            "min": 0,
+            "help": "re-initialise the backbone's top N transformer layers and its pooler "
+            "before training (Zhang et al. 2021), from the seed",
+        },
+    )
     warmup_ratio: float = _field(default=0.1, metadata={"min": 0.0, "max": 1.0})
     weight_decay: float = _field(
         default=0.01,

@@ -7,6 +7,8 @@ accumulation (also of micro-batches) and float16 loss scaling are Keras's own
 (`gradient_accumulation_steps`, `LossScaleOptimizer` added by `compile` under a
 `mixed_float16` policy). On TensorFlow outside a distribution strategy each update
 runs as TensorFlow's fused Adam kernel, a quarter of Keras's time for the same rule.
+With `training.head_learning_rate` the task head's variables take their own peak rate on
+the same schedule (`BertAdamW.scale_learning_rate`).
 """
 
 from __future__ import annotations
@@ -96,12 +98,48 @@ class BertAdamW(keras.optimizers.AdamW):
         [0.95, 0.9]
     """
 
+    def scale_learning_rate(self, var_list, factor: float) -> None:
+        """Trains the variables of `var_list` at `factor` times the scheduled rate.
+
+        Why here: Keras 3 has no parameter groups (PyTorch's per-group `lr`), and `compile`
+        takes one optimizer; two would need a custom `train_step`. Scaling the rate per
+        variable inside `update_step` keeps one optimizer, one set of moments and one
+        checkpoint layout, so saving, restoring and resuming are unchanged: the factors
+        are configuration, set again whenever a run builds its optimizer (as Keras's
+        `exclude_from_weight_decay`). A scaled variable decays by its own rate, as a
+        PyTorch parameter group with its own `lr` does.
+
+        Example:
+            >>> import numpy as np
+            >>> head, body = (keras.Variable(np.ones(1, "float32")) for _ in range(2))
+            >>> optimizer = BertAdamW(learning_rate=0.1, weight_decay=0.0)
+            >>> optimizer.scale_learning_rate([head], 10.0)
+            >>> optimizer.apply([keras.ops.ones(1), keras.ops.ones(1)], [head, body])
+            >>> round(float(head.numpy()[0]), 3), round(float(body.numpy()[0]), 3)
+            (0.0, 0.9)
+        """
+        factors = dict(getattr(self, "_learning_rate_factors", {}))
+        factors.update({self._var_key(variable): float(factor) for variable in var_list})
+        self._learning_rate_factors = factors
+
+    def _learning_rate_of(self, variable, learning_rate):
+        """`learning_rate` scaled for `variable` (`scale_learning_rate`)."""
+        factor = getattr(self, "_learning_rate_factors", {}).get(self._var_key(variable), 1.0)
+        return learning_rate if factor == 1.0 else ops.multiply(learning_rate, factor)
+
     def _apply_weight_decay(self, variables):
-        if not self._fused_on_tensorflow():
-            super()._apply_weight_decay(variables)
-        # else `update_step` decays each variable in the same pass as its update
+        if self._fused_on_tensorflow() or self.weight_decay is None:
+            return  # fused: `update_step` decays each variable in the same pass as its update
+        for variable in variables:  # Keras's rule, by each variable's own rate
+            if self._use_weight_decay(variable):
+                rate = ops.cast(
+                    self._learning_rate_of(variable, self.learning_rate), variable.dtype
+                )
+                decay = ops.cast(self.weight_decay, variable.dtype)
+                variable.assign(variable - variable * decay * rate)
 
     def update_step(self, gradient, variable, learning_rate):
+        learning_rate = self._learning_rate_of(variable, learning_rate)
         if self._fused_on_tensorflow():
             self._fused_tensorflow_step(gradient, variable, learning_rate)
             return
@@ -206,13 +244,20 @@ def _summed_rows(gradient):
     return tf.IndexedSlices(values, rows, gradient.dense_shape)
 
 
-def make_optimizer(training, steps_per_epoch: int) -> keras.optimizers.Optimizer:
+def head_variables(model, backbone) -> list:
+    """The trainable variables of `model` outside `backbone`: its task head's."""
+    in_backbone = {id(variable) for variable in backbone.variables}
+    return [v for v in model.trainable_variables if id(v) not in in_backbone]
+
+
+def make_optimizer(training, steps_per_epoch: int, head=()) -> keras.optimizers.Optimizer:
     """AdamW for a `TrainingConfig`; `steps_per_epoch` counts the batches `fit` is fed.
 
     Keras accumulates `gradient_accumulation_steps * micro_batches` of them
     into one update; warmup and decay are laid out in updates, as in
     transformers, so splitting batches into micro-batches leaves the learning
-    rate of every update as it was.
+    rate of every update as it was. The variables of `head` (`head_variables`)
+    peak at `training.head_learning_rate` when it is set.
     """
     accumulation = training.gradient_accumulation_steps * training.micro_batches
     total_updates = max(1, training.epochs * steps_per_epoch // accumulation)
@@ -230,4 +275,6 @@ def make_optimizer(training, steps_per_epoch: int) -> keras.optimizers.Optimizer
         gradient_accumulation_steps=accumulation if accumulation > 1 else None,
     )
     optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
+    if training.head_learning_rate is not None:
+        optimizer.scale_learning_rate(head, training.head_learning_rate / training.learning_rate)
     return optimizer

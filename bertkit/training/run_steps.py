@@ -79,7 +79,7 @@ class BuiltRun:
 def build(recipe: Recipe, data: TaskData, *, phases=None) -> BuiltRun:
     """Step 2: batch plan and batches, the model with its head, compiled, and the
     validation split (timed as `build_model`)."""
-    from bertkit.training.optimization import make_optimizer
+    from bertkit.training.optimization import head_variables, make_optimizer
     from bertkit.training.phases import Phases
     from bertkit.training.validation import ValidationSplit
 
@@ -89,14 +89,11 @@ def build(recipe: Recipe, data: TaskData, *, phases=None) -> BuiltRun:
         jit_compile = jit_compile_setting(training.jit_compile)
         plan = batch_plan(recipe, tuple(data.description["bucket_lengths"]))
         batches = plan.training_batches(task, data.train_features)
-        model = task.build_model(data.pretrained.backbone)
-        task.initialize_head(model, data.pretrained.checkpoint_tensors())
-        data.description = enable_lora(
-            model, data.pretrained.backbone, training.lora, data.description
-        )  # before `plan` shares its layers
-        trained = plan.model_to_fit(model, data.pretrained.backbone)
+        backbone = data.pretrained.backbone
+        model = task_model(recipe, data)
+        trained = plan.model_to_fit(model, backbone)
         trained.compile(
-            optimizer=make_optimizer(training, len(batches)),
+            optimizer=make_optimizer(training, len(batches), head_variables(model, backbone)),
             loss=task.loss(),
             weighted_metrics=task.metrics(),  # plain `metrics` get no weights
             jit_compile=jit_compile,
@@ -116,6 +113,19 @@ def build(recipe: Recipe, data: TaskData, *, phases=None) -> BuiltRun:
             phases,
         )
     return BuiltRun(data, plan, batches, model, trained, validation)
+
+
+def task_model(recipe: Recipe, data: TaskData):
+    """The task's model, head initialised, top layers re-initialised (`training.reinit_top_layers`),
+    LoRA on (`training.lora`): before `plan` shares its layers and a resumed run loads over them."""
+    from bertkit.model.reinitialize import reinitialize_top_layers
+
+    training, backbone, task = recipe.training, data.pretrained.backbone, data.task
+    model = task.build_model(backbone)
+    task.initialize_head(model, data.pretrained.checkpoint_tensors())
+    reinitialize_top_layers(backbone, training.reinit_top_layers, training.seed, recipe.source)
+    data.description = enable_lora(model, backbone, training.lora, data.description)
+    return model
 
 
 def batch_plan(recipe: Recipe, buckets=None):

@@ -22,6 +22,10 @@ class ClassificationOptions:
         },
     )
     dropout: float = dataclasses.field(default=0.1, metadata={"min": 0.0, "max": 0.9})
+    label_smoothing: float = dataclasses.field(
+        default=0.0,
+        metadata={"min": 0.0, "max_exclusive": 1.0, "help": "target: (1 - s) one-hot + s / labels"},
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,9 +125,9 @@ class ClassificationTask(Task):
         return keras.Model(backbone.input, logits, name="bert_classifier")
 
     def loss(self):
-        import keras
+        from bertkit.losses import sparse_crossentropy
 
-        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        return sparse_crossentropy(self.options.label_smoothing)
 
     def metrics(self):
         import keras

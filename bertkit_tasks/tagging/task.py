@@ -20,6 +20,7 @@ its words, of the probability of the tag chosen for each word.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Literal
 
 import numpy as np
@@ -27,6 +28,7 @@ import numpy as np
 from bertkit.errors import UserError
 from bertkit.files import kind_from_name
 from bertkit.task import DataFiles, Task, head_initializer, string_inputs
+from bertkit_tasks.tagging.class_weights import balanced_class_weights
 from bertkit_tasks.tagging.conll import read_conll, read_tagged_jsonl
 from bertkit_tasks.tagging.conlleval import evaluate as conll_evaluate
 from bertkit_tasks.tagging.conlleval import format_report, split_tag
@@ -66,6 +68,17 @@ class TaggingOptions:
             "help": "constrained: each sentence's most probable well-formed tag sequence "
             "(Viterbi); argmax: each word's most probable tag"
         },
+    )
+    class_weights: Literal["none", "balanced"] = dataclasses.field(
+        default="none",
+        metadata={
+            "help": "balanced: weigh each word's loss by its tag's training frequency^-0.5, "
+            "mean 1 (README: Small data)"
+        },
+    )
+    label_smoothing: float = dataclasses.field(
+        default=0.0,
+        metadata={"min": 0.0, "max_exclusive": 1.0, "help": "target: (1 - s) one-hot + s / labels"},
     )
 
 
@@ -148,8 +161,11 @@ class TaggingTask(Task):
         return sentences
 
     def fit_state(self, train_examples):
-        tags = {tag for sentence in train_examples for tag in self._model_tags(sentence)}
-        return {"labels": sorted(tags, key=lambda tag: (tag != "O", split_tag(tag)[1], tag))}
+        counts = Counter(tag for sentence in train_examples for tag in self._model_tags(sentence))
+        labels = sorted(counts, key=lambda tag: (tag != "O", split_tag(tag)[1], tag))
+        if self.options.class_weights == "balanced":  # kept with the model: a resumed run's
+            return {"labels": labels, "class_weights": balanced_class_weights(counts, labels)}
+        return {"labels": labels}
 
     @property
     def labels(self) -> list[str]:
@@ -181,7 +197,10 @@ class TaggingTask(Task):
         # Weight 0 on ignored pieces; training normalizes the weights so that
         # the loss is the mean over labelled pieces, whatever the padding.
         labelled = (batch["labels"] != IGNORED).astype(np.float32)  # (batch, seq)
-        return inputs, np.maximum(batch["labels"], 0), labelled
+        targets = np.maximum(batch["labels"], 0)  # (batch, seq)
+        if "class_weights" in self.state:  # `class_weights: balanced`, from the training tags
+            labelled *= np.asarray(self.state["class_weights"], np.float32)[targets]
+        return inputs, targets, labelled
 
     # ---- model
     def build_model(self, backbone):
@@ -195,9 +214,9 @@ class TaggingTask(Task):
         return keras.Model(backbone.input, logits, name="bert_tagger")
 
     def loss(self):
-        import keras
+        from bertkit.losses import sparse_crossentropy
 
-        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        return sparse_crossentropy(self.options.label_smoothing)
 
     def metrics(self):
         from bertkit.token_accuracy import LabelledTokenAccuracy

@@ -12,6 +12,9 @@ What a task declares, each as a small piece:
 `Options`              frozen dataclass of task options (recipe `task:` keys)
 `Data`                 frozen dataclass of data options, subclass of `DataFiles`
 `monitor`, `mode`      the evaluation metric that picks the best checkpoint
+`int8_max_drop`,       optional: the points of `monitor` an int8 export may lose
+`monitor_points`       (`bertkit export --quantize int8`), and the points in one unit
+                       of it (100 for a fraction such as accuracy, 1 for a percentage)
 `sequence_outputs`     names of model outputs with one value per token; `decode`
                        gets them cut to each row's length
 `read`                 file -> examples (raise `UserError` with file and line)
@@ -185,6 +188,10 @@ class Task:
     mode: ClassVar[str] = "max"
     sequence_outputs: ClassVar[tuple] = ()
     packs: ClassVar[bool] = False
+    # `bertkit export --quantize int8` refuses an int8 model that loses more than
+    # `int8_max_drop` points of `monitor` (None: the task offers no int8 export).
+    int8_max_drop: ClassVar[float | None] = None
+    monitor_points: ClassVar[float] = 100.0
     # The dataclass `read` returns (None: other values): features files store and rebuild
     # validation examples of this type only, so a file cannot name code to run.
     Example: ClassVar[type | None] = None

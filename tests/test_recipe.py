@@ -122,6 +122,7 @@ def test_json_schema_covers_sections_and_tasks():
         "training",
         "output_dir",
         "search",
+        "export",
     }
     assert {"const": "classification"} in schema["properties"]["task"]["anyOf"]
     training = schema["properties"]["training"]["properties"]

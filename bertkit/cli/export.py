@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import argparse
+import math
+
 from bertkit.cli.arguments import add_command, positive
+from bertkit.errors import UserError
 from bertkit.files import MAX_INPUT_CHARACTERS, MAX_REQUEST_CHARACTERS
 
 
@@ -36,11 +40,13 @@ def add_to(commands) -> None:
         default=MAX_REQUEST_CHARACTERS,
         help=f"and a request whose texts are longer together (default: {MAX_REQUEST_CHARACTERS:,})",
     )
+    add_quantize_options(sub)
 
 
 def run(args) -> None:
     import bertkit
 
+    _check_quantize_options(args)
     if args.format == "transformers":
         from bertkit.serving.transformers_export import export_transformers
 
@@ -50,5 +56,47 @@ def run(args) -> None:
         args.out,
         max_input_characters=args.max_input_characters,
         max_request_characters=args.max_request_characters,
+        quantize=args.quantize,
+        max_metric_drop=args.max_drop,
     )
+    if args.quantize:
+        from bertkit.serving.quantize import describe
+
+        print(describe(path))
     print(f"exported {path}")
+
+
+def add_quantize_options(sub) -> None:
+    sub.add_argument(
+        "--quantize",
+        choices=("int8",),
+        help="int8: quantize the model (Keras), score it on the run's validation data and "
+        "write it only if its metric drops at most --max-drop points (README: int8 export)",
+    )
+    sub.add_argument(
+        "--max-drop",
+        type=points,
+        metavar="POINTS",
+        help="points of the validation metric the int8 model may lose (default: the task's, "
+        "0.5 for classification and tagging, 1.0 F1 for span QA)",
+    )
+
+
+def points(text: str) -> float:
+    """A number of metric points: finite and at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a number of points of at least 0, got {text!r}")
+    return value
+
+
+def _check_quantize_options(args) -> None:
+    if args.max_drop is not None and args.quantize is None:
+        raise UserError("--max-drop applies to --quantize int8 only")
+    if args.quantize and args.format != "savedmodel":
+        raise UserError(
+            "--quantize writes a SavedModel; it does not apply to --format transformers"
+        )

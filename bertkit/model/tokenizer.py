@@ -110,12 +110,15 @@ class WordPieceTokenizer:
         import tensorflow as tf
         import tensorflow_text as tf_text
 
-        return tf_text.FastBertTokenizer(
-            self.vocabulary,
-            token_out_type=tf.int32,
-            unknown_token="[UNK]",
-            lower_case_nfd_strip_accents=False,
-        )
+        # Built eagerly even when first used while tracing: its constants would otherwise
+        # belong to that graph, and a second export of the model could not read them.
+        with tf.init_scope():
+            return tf_text.FastBertTokenizer(
+                self.vocabulary,
+                token_out_type=tf.int32,
+                unknown_token="[UNK]",
+                lower_case_nfd_strip_accents=False,
+            )
 
     # ---- TensorFlow ops (graph-safe)
     def tokenize(self, texts):

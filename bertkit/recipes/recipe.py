@@ -30,7 +30,7 @@ from bertkit.recipes import schema
 from bertkit.recipes.overrides import apply_overrides
 from bertkit.recipes.search_space import SearchSpace, parse_search
 from bertkit.recipes.search_space import json_schema as search_json_schema
-from bertkit.recipes.sections import BackboneConfig, TrainingConfig
+from bertkit.recipes.sections import BackboneConfig, ExportConfig, TrainingConfig
 from bertkit.recipes.yaml_source import load_yaml
 from bertkit.registry import load_task, task_names
 
@@ -50,6 +50,7 @@ class Recipe:
     output_dir: str
     source: str = "<recipe>"
     search: SearchSpace | None = None  # the `search:` section, for `bertkit tune`
+    export: ExportConfig = ExportConfig()  # the `export:` section
 
     def to_dict(self) -> dict:
         """The fully resolved recipe, as written into the run directory."""
@@ -60,6 +61,7 @@ class Recipe:
             "data": schema.to_plain(self.data),
             "training": schema.to_plain(self.training),
             "output_dir": self.output_dir,
+            **({"export": schema.to_plain(self.export)} if self.export != ExportConfig() else {}),
             **({"search": self.search.to_plain()} if self.search else {}),
         }
 
@@ -70,7 +72,7 @@ class Recipe:
         return load_task(self.task)
 
 
-_SECTIONS = ("schema", "task", "backbone", "data", "training", "output_dir", "search")
+_SECTIONS = ("schema", "task", "backbone", "data", "training", "output_dir", "search", "export")
 
 
 def load_recipe(recipe, overrides: list[str] | None = None, **sections) -> Recipe:
@@ -131,6 +133,7 @@ def _build_recipe(raw: dict, file_origin, override_origin, touched: set, default
         output_dir=_output_dir(raw, origin, default_output),
         source=file_origin.source,
         search=search,
+        export=_export_section(raw, origin, task_class),
     )
 
 
@@ -170,6 +173,14 @@ def _build_sections(raw: dict, origin, task_class) -> tuple:
         training, task_class, lambda message, key: origin.error(message, ("training", key))
     )
     return data, backbone, training
+
+
+def _export_section(raw: dict, origin, task_class) -> ExportConfig:
+    export = schema.build(ExportConfig, raw.get("export") or {}, origin, ("export",))
+    if export.quantize is not None and task_class.int8_max_drop is None:
+        message = f"the {task_class.name} task offers no int8 export; remove export.quantize"
+        raise origin.error(message, ("export", "quantize"))
+    return export
 
 
 def _output_dir(raw: dict, origin, default_output: Path) -> str:
@@ -281,5 +292,6 @@ def recipe_json_schema() -> dict:
             "training": schema.json_schema(TrainingConfig),
             "output_dir": {"type": "string"},
             "search": search_json_schema(),
+            "export": schema.json_schema(ExportConfig),
         },
     }

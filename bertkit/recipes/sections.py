@@ -1,6 +1,6 @@
-"""The core's recipe sections, `backbone:` and `training:`: their keys, defaults, bounds and
-help (the schema `bertkit.recipes.schema` checks and `bertkit schema` shows). `Recipe` and its
-loading are `bertkit.recipes.recipe`'s, which re-exports these classes."""
+"""The core's recipe sections, `backbone:`, `training:` and `export:`: their keys, defaults,
+bounds and help (the schema `bertkit.recipes.schema` checks and `bertkit schema` shows).
+`Recipe` and its loading are `bertkit.recipes.recipe`'s, which re-exports these classes."""
 
 from __future__ import annotations
 
@@ -165,5 +165,24 @@ class TrainingConfig:
         metadata={
             "help": "train low-rank updates of the backbone's layers and the task head only "
             "(README: LoRA); null: every weight"
+        },
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportConfig:
+    quantize: Literal["int8"] | None = _field(
+        default=None,
+        metadata={
+            "help": "int8: the run also writes saved_model_int8/, if its validation metric "
+            "drops at most max_metric_drop points (README: int8 export); null: float only"
+        },
+    )
+    max_metric_drop: float | None = _field(
+        default=None,
+        metadata={
+            "min": 0.0,
+            "help": "points of the validation metric the int8 model may lose; null: the "
+            "task's (0.5 for classification and tagging, 1.0 F1 for span QA)",
         },
     )

@@ -43,14 +43,14 @@ def export_saved_model(
     once complete: a folder that cannot be written, or a full disk, is a `UserError`
     naming `directory`, and leaves nothing behind.
     """
-    directory = _checked_export_folder(directory)
+    directory = checked_export_folder(directory)
     limits = _checked_limits(max_input_characters, max_request_characters)
     with _staging_folder(directory) as staging:
         _write_saved_model(task, model, staging, {**metadata, "input_limits": limits})
     return directory
 
 
-def _checked_export_folder(directory) -> Path:
+def checked_export_folder(directory) -> Path:
     """`directory` as a `Path`, once the backend is TensorFlow and the folder is new or
     empty; a `UserError` otherwise."""
     import keras

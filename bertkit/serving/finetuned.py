@@ -278,17 +278,32 @@ class FineTunedModel:
         *,
         max_input_characters: int = MAX_INPUT_CHARACTERS,
         max_request_characters: int = MAX_REQUEST_CHARACTERS,
+        quantize: str | None = None,
+        max_metric_drop: float | None = None,
     ) -> Path:
         """Writes a raw-text SavedModel (see `bertkit.serving.export`), which refuses an
-        input over `max_input_characters` or a request over `max_request_characters`."""
+        input over `max_input_characters` or a request over `max_request_characters`.
+        `quantize="int8"`: an int8 model, written only if it loses at most
+        `max_metric_drop` points of the validation metric (`bertkit.serving.quantize`)."""
         from bertkit.serving.export import check_finite_weights, export_saved_model
 
         check_finite_weights(self.model, self.run.weights_file)
+        limits = {
+            "max_input_characters": max_input_characters,
+            "max_request_characters": max_request_characters,
+        }
+        if quantize is None and max_metric_drop is not None:
+            raise UserError("max_metric_drop applies to an int8 export only (quantize='int8')")
+        if quantize is not None:
+            from bertkit.serving.quantize import export_quantized
+
+            return export_quantized(
+                self, directory, quantize, max_metric_drop=max_metric_drop, **limits
+            )
         return export_saved_model(
             self.task,
             self.model,
             directory,
             self.description,
-            max_input_characters=max_input_characters,
-            max_request_characters=max_request_characters,
+            **limits,
         )

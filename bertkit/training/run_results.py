@@ -8,6 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from bertkit.errors import UserError
 from bertkit.model_card import data_size, write_model_card
 from bertkit.recipes.recipe import Recipe
 from bertkit.report import best_epoch, plot_learning_curve, write_report
@@ -85,9 +86,10 @@ def write_results(
         print(f"{split}: {shown}")
 
 
-def export_run(run: RunDirectory, finetuned) -> None:
+def export_run(run: RunDirectory, finetuned, export=None) -> None:
     """The run's `saved_model/`: exported here on TensorFlow, by a TensorFlow child process
-    after a JAX run, or a note on stderr where TensorFlow is not installed."""
+    after a JAX run, or a note on stderr where TensorFlow is not installed; and with the
+    recipe's `export.quantize` (`export`: its `ExportConfig`) `saved_model_int8/`."""
     import keras
 
     from bertkit.serving.export import export_in_tensorflow_process, tensorflow_available
@@ -106,6 +108,27 @@ def export_run(run: RunDirectory, finetuned) -> None:
         finetuned.export(run.saved_model_dir)
     else:  # trained on JAX: the saved best weights, rebuilt on TensorFlow in a child
         export_in_tensorflow_process(run.path, run.saved_model_dir)
+    if export is not None and export.quantize is not None:
+        export_int8(run, finetuned, export, on_tensorflow)
+
+
+def export_int8(run: RunDirectory, finetuned, export, on_tensorflow: bool) -> None:
+    """`saved_model_int8/` through the quality gate (`bertkit.serving.quantize`); where the
+    gate refuses it, one line on stderr: the run and its float SavedModel stand."""
+    target = run.path / "saved_model_int8"
+    if target.exists():
+        shutil.rmtree(target)  # from an earlier export of this run
+    if not on_tensorflow:
+        print(
+            f"no int8 SavedModel: run 'bertkit export {run.path} --out DIR --quantize int8' "
+            "on the TensorFlow backend",
+            file=sys.stderr,
+        )
+        return
+    try:
+        finetuned.export(target, quantize=export.quantize, max_metric_drop=export.max_metric_drop)
+    except UserError as error:
+        print(f"bertkit: warning: no saved_model_int8/: {error}", file=sys.stderr)
 
 
 def record_finished(run: RunDirectory, phases, compiled, precompiled) -> None:

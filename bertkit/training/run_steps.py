@@ -342,6 +342,6 @@ def finish(
         backbone = finish_lora(built.model, built.data.pretrained.backbone, run.model_dir)
         built.data.task.write_artifacts(backbone, run.path)
     with phases("export"):
-        export_run(run, finetuned)
+        export_run(run, finetuned, recipe.export)
     record_finished(run, phases, compiled, built.precompiled)
     return finetuned

@@ -59,6 +59,7 @@ class ClassificationTask(Task):
     Data = ClassificationData
     Example = TextExample
     monitor = "accuracy"
+    int8_max_drop = 0.5  # points of accuracy
     packs = True  # the head reads pooled_output, which packing gathers per row
     predict_options = (PredictOption("--top-k", "add the K most probable labels as 'top_k'", "K"),)
 

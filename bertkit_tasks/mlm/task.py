@@ -128,6 +128,8 @@ class MaskedLMTask(Task):
     Example = Document
     monitor = "perplexity"
     mode = "min"
+    # No `int8_max_drop`: an MLM run's product is a backbone to fine-tune further, which
+    # int8 weights cannot be, so `bertkit export --quantize int8` refuses it.
 
     # ---- data
     def read(self, path):

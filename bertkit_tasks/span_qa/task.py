@@ -97,6 +97,8 @@ class SpanQATask(Task):
     description = "Extractive question answering, SQuAD v1.1/v2.0 (exact match, F1)."
     Options = SpanQAOptions
     monitor = "f1"
+    int8_max_drop = 1.0  # SQuAD F1 is a percentage already
+    monitor_points = 1.0
     sequence_outputs = ("logits",)
 
     # ---- data

@@ -129,6 +129,7 @@ class TaggingTask(Task):
     Options = TaggingOptions
     Data = TaggingData
     monitor = "f1"
+    int8_max_drop = 0.5  # points of entity F1
     sequence_outputs = ("logits",)
     packs = True  # a loss per labelled piece
 

@@ -12,7 +12,18 @@ import os
 import signal
 import sys
 
-from bertkit.cli import check, evaluate, export, featurize, finetune, predict, schema, tasks, tune
+from bertkit.cli import (
+    check,
+    evaluate,
+    export,
+    featurize,
+    finetune,
+    predict,
+    schema,
+    serve,
+    tasks,
+    tune,
+)
 from bertkit.cli.quiet_import import import_tensorflow_quietly as _import_tensorflow_quietly
 from bertkit.errors import UserError
 from bertkit.training.preemption import EXIT_PREEMPTED, Preempted
@@ -21,7 +32,7 @@ EXIT_USER_ERROR = 2
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # 141, as a shell reports a filter that SIGPIPE ended
 _ENVIRONMENT_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 # In the order `bertkit --help` lists them.
-_COMMANDS = (finetune, featurize, check, schema, tasks, evaluate, predict, tune, export)
+_COMMANDS = (finetune, featurize, check, schema, tasks, evaluate, predict, serve, tune, export)
 
 
 def main(argv=None) -> int:

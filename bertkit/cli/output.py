@@ -1,10 +1,10 @@
 """Where `bertkit predict` writes its JSON lines: stdout, or a file replaced only when every
-input is done; and what JSON cannot hold (NaN, infinity) made null."""
+input is done (what JSON cannot hold, NaN and infinity, is made null by
+`bertkit.serving.protocol.finite`, as `bertkit serve` answers)."""
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 from pathlib import Path
@@ -30,19 +30,3 @@ def atomic_output(path):
         raise UserError("is a folder", source=path) from None
     finally:
         temporary.unlink(missing_ok=True)
-
-
-def finite(value):
-    """JSON has no NaN or infinity: a diverged model's scores are printed as null.
-
-    Example:
-        >>> finite({"score": float("nan"), "top_k": [{"score": 0.5}]})
-        {'score': None, 'top_k': [{'score': 0.5}]}
-    """
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {key: finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(item) for item in value]
-    return value

@@ -13,9 +13,10 @@ import os
 import sys
 
 from bertkit.cli.arguments import add_command, positive
-from bertkit.cli.output import atomic_output, finite
+from bertkit.cli.output import atomic_output
 from bertkit.errors import UserError
 from bertkit.files import MAX_INPUT_CHARACTERS
+from bertkit.serving.protocol import finite
 
 
 def add_to(commands) -> None:

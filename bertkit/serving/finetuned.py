@@ -17,6 +17,7 @@ from bertkit.registry import load_task
 from bertkit.report import write_task_report
 from bertkit.run_dir import RunDirectory, read_json
 from bertkit.serving.inference import predict_examples
+from bertkit.serving.protocol import strings_in
 
 
 def task_description(task, sequence_length: int, batch_size: int, buckets) -> dict:
@@ -59,7 +60,7 @@ def _check_text(value, hint, name: str) -> None:
 def _check_strings(value, max_input_characters: int) -> None:
     """An input's texts (strings, also inside pairs, lists and objects) are within the
     size bound and hold no NUL byte, the mark of binary data."""
-    strings = list(_strings(value))
+    strings = list(strings_in(value))
     count = sum(map(len, strings))
     if count > max_input_characters:
         raise UserError(
@@ -67,20 +68,6 @@ def _check_strings(value, max_input_characters: int) -> None:
         )
     if any("\0" in text for text in strings):
         raise UserError("a NUL byte (binary data?); expected text")
-
-
-def _strings(value):
-    """The strings in `value` and, without recursion (JSON can nest deeply), in its lists,
-    tuples and dicts (keys included)."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            yield item
-        elif isinstance(item, dict):
-            pending += [*item.keys(), *item.values()]
-        elif isinstance(item, (list, tuple)):
-            pending += item
 
 
 def _parses(task, value) -> bool:
@@ -192,6 +179,31 @@ class FineTunedModel:
             done += len(chunk)
             if progress is not None:
                 progress(done)
+
+    def parse_inputs(self, inputs: list, *, max_input_characters: int = MAX_INPUT_CHARACTERS):
+        """The task's examples for `inputs`, each checked as `predict` checks it; the first
+        that cannot be predicted is a `UserError` naming it (`input 3: ...`). A server
+        checks a request whole this way, then predicts the examples of several requests
+        together with `predict_examples`."""
+        examples = []
+        for position, value in enumerate(inputs):
+            try:
+                examples.append(self._parse_input(value, max_input_characters))
+            except UserError as error:
+                raise UserError(error.message, source=f"input {position + 1}") from None
+        return examples
+
+    def predict_examples(self, examples: list, batch_size: int | None = None) -> list[dict]:
+        """Predictions for examples from `parse_inputs`, in order: what `predict` gives
+        for their inputs. Each depends only on its own example, so the examples of
+        several requests may be predicted together."""
+        return predict_examples(
+            self.task,
+            self.model,
+            examples,
+            batch_size or 2 * self.description["batch_size"],
+            self.buckets,
+        )
 
     def _predict_chunk(
         self, inputs: list, offset: int, batch_size, errors: str, max_input_characters: int

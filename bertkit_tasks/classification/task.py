@@ -194,6 +194,11 @@ class ClassificationTask(Task):
                 f"pair or an object with '{self.data.text}' and "
                 f"'{self.data.text_pair}', got {value!r:.80}"
             )
+        if not self.data.text_pair and example.text_pair is not None:  # never trained on two
+            raise UserError(
+                f"this model classifies single texts: expected a text or an object with "
+                f"'{self.data.text}', got a pair {value!r:.80}"
+            )
         return example
 
     def _input_example(self, value) -> TextExample:

@@ -1,0 +1,108 @@
+"""`bertkit serve RUN_DIR`: the run's model behind HTTP, answering as `bertkit predict`
+does, requests that arrive together batched (`bertkit.serving.server.serve`)."""
+
+from __future__ import annotations
+
+import sys
+
+from bertkit.cli.arguments import add_command, positive
+
+
+def add_to(commands) -> None:
+    sub = add_command(
+        commands,
+        "serve",
+        run,
+        "serve the run's model over HTTP: POST /predict, GET /health, GET /metadata",
+    )
+    sub.epilog = (
+        'POST /predict {"inputs": [...]} takes the inputs `bertkit predict` takes (texts, '
+        "[text, text_pair] pairs, question and context objects) and answers "
+        '{"predictions": [...]}, each what `bertkit predict` prints for that input. '
+        "SIGINT or SIGTERM: the requests in progress are answered, then the server stops."
+    )
+    sub.add_argument("run_dir")
+    sub.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default: 127.0.0.1, this machine only; "
+        "0.0.0.0 for every network)",
+    )
+    sub.add_argument(
+        "--port", type=_port, default=8080, help="the port (default: 8080; 0 picks a free one)"
+    )
+    sub.add_argument(
+        "--max-batch",
+        type=positive,
+        default=64,
+        metavar="N",
+        help="the most inputs one model call takes (default: 64; 1 turns batching off)",
+    )
+    sub.add_argument(
+        "--max-wait-ms",
+        type=_milliseconds,
+        default=5.0,
+        metavar="MS",
+        help="how long a batch waits for more requests after its first (default: 5)",
+    )
+
+
+def run(args) -> int:
+    from bertkit.cli.quiet_import import import_tensorflow_quietly
+    from bertkit.serving.server import (
+        ServeOptions,
+        Stopped,
+        bind_socket,
+        check_finished_run,
+        require_server_libraries,
+        serve,
+    )
+
+    # Before TensorFlow loads (seconds): a wrong path or a port in use is said at once.
+    require_server_libraries()
+    check_finished_run(args.run_dir)
+    listening = bind_socket(args.host, args.port)
+    import_tensorflow_quietly()
+    options = ServeOptions(
+        host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms
+    )
+    try:
+        serve(args.run_dir, options, ready=_say_where, listening=listening)
+    except Stopped as stopped:  # while serving: the requests in progress were answered
+        print(f"bertkit serve: stopped ({stopped})", file=sys.stderr)
+    except KeyboardInterrupt:  # while the model loaded: nothing to finish
+        print("bertkit serve: stopped (SIGINT)", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _say_where(server, address) -> None:
+    host, port = address
+    shown = f"[{host}]" if ":" in host else host
+    print(
+        f"bertkit serve: http://{shown}:{port} (POST /predict, GET /health, GET /metadata; "
+        "Ctrl-C stops)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _port(text: str) -> int:
+    import argparse
+
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port, 0 to 65535, got {text!r}")
+    return int(text)
+
+
+def _milliseconds(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not math.isfinite(value) or not 0 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, 0 to 10000, got {text!r}")
+    return value

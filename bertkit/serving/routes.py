@@ -1,0 +1,154 @@
+"""The HTTP side of `bertkit serve`: the Starlette app, its three routes, and every error
+as one JSON line `{"error": "..."}` with its status (see `bertkit.serving.server`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+from starlette.routing import Route
+
+from bertkit.run_dir import read_json
+from bertkit.serving.protocol import MAX_BODY_BYTES, RequestError, json_line
+from bertkit.serving.worker import ModelWorker, ServeOptions
+
+log = logging.getLogger("bertkit.serve")
+_JSON = "application/json"
+
+
+def build_app(model, options: ServeOptions | None = None) -> Starlette:
+    """The app serving `model` (a `FineTunedModel`): its batcher runs while the app does."""
+    options = options or ServeOptions()
+    worker = ModelWorker(model, options)
+    about = json_line(metadata(model, options))
+
+    predict = _predict_endpoint(worker)
+
+    async def health(request) -> Response:
+        return Response(json_line({"status": "ok"}), media_type=_JSON)
+
+    async def about_model(request) -> Response:
+        return Response(about, media_type=_JSON)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        worker.start()
+        try:
+            yield
+        finally:
+            await worker.stop()
+
+    async def http_error(request, error: HTTPException) -> Response:
+        return error_response(error.status_code, error.detail)
+
+    app = Starlette(
+        routes=[
+            Route("/predict", predict, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/metadata", about_model, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+    )
+    app.state.batcher = worker.batcher  # its batch sizes tell how requests were grouped
+    return app
+
+
+async def read_body(request, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The request's body, refused (413) once it passes `limit` bytes: a client cannot
+    make the server hold more."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, f"the body is over {limit:,} bytes, the limit a request")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"the body is over {limit:,} bytes, the limit a request")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _predict_endpoint(worker: ModelWorker):
+    """`POST /predict`: the request read and checked, then answered by `worker`."""
+
+    async def predict(request) -> Response:
+        try:
+            body = await read_body(request)
+            # json.loads and the inputs' checks of a large request take milliseconds:
+            # off the event loop, which keeps answering the other clients
+            examples, values = await run_in_threadpool(worker.read, body)
+            return Response(await worker.answer(examples, values), media_type=_JSON)
+        except RequestError as error:
+            return error_response(error.status, error.message)
+        except Exception as error:  # noqa: BLE001 - one request fails, the server serves on
+            log.exception("bertkit serve: a request failed")
+            return error_response(500, f"the model failed on this request: {error}"[:300])
+
+    return predict
+
+
+def error_response(status: int, message: str) -> Response:
+    return Response(json_line({"error": message}), status_code=status, media_type=_JSON)
+
+
+def metadata(model, options: ServeOptions) -> dict:
+    """What `GET /metadata` answers: the task, its labels, the model card's fields (base
+    model, sequence length, training options, validation and test metrics) and the
+    server's limits."""
+    task, run = model.task, model.run
+    recipe = _recipe(run.recipe_file)
+    return {
+        "task": task.name,
+        "description": type(task).description,
+        "labels": list(getattr(task, "labels", None) or []) or None,
+        "takes_text_pairs": model.takes_text_pairs,
+        "predict_options": [option.keyword for option in task.predict_options],
+        "model_card": {
+            "name": run.path.resolve().name,
+            "base_model": recipe.get("backbone", {}).get("preset"),
+            "sequence_length": model.description["sequence_length"],
+            "training": recipe.get("training"),
+            "metrics": _numbers(_json_or_empty(run.metrics_file).get("final", {})),
+            "best_epoch": _json_or_empty(run.run_file).get("best_epoch"),
+        },
+        "limits": {
+            "max_batch": options.max_batch,
+            "max_wait_ms": options.max_wait_ms,
+            "max_request_inputs": options.max_request_inputs,
+            "max_input_characters": options.max_input_characters,
+            "max_request_characters": options.max_request_characters,
+        },
+    }
+
+
+def _recipe(path) -> dict:
+    import yaml
+
+    try:
+        recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):  # the card is then shorter
+        return {}
+    return recipe if isinstance(recipe, dict) else {}
+
+
+def _json_or_empty(path) -> dict:
+    try:
+        value = read_json(path)
+    except Exception:  # noqa: BLE001 - a missing or damaged file leaves its fields out
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _numbers(final: dict) -> dict:
+    """{split: {metric: number}} of the final metrics (tables such as per_type left out,
+    as the model card leaves them)."""
+    return {
+        split: {name: value for name, value in metrics.items() if isinstance(value, (int, float))}
+        for split, metrics in final.items()
+        if isinstance(metrics, dict)
+    }

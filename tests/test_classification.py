@@ -1,8 +1,6 @@
 """Classification end to end: recipe -> fit -> run directory -> predict -> SavedModel."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -10,6 +8,7 @@ import pytest
 import bertkit
 from bertkit.errors import UserError
 from bertkit.testing import (
+    run_bertkit,
     run_task_contract_test,
     serve_in_fresh_process,
     write_sentiment_tsv,
@@ -129,49 +128,32 @@ def test_saved_model_in_a_fresh_process_matches_predict(run):
 
 def test_cli_predict_evaluate_and_no_overwrite(run):
     tmp_path, _ = run
-    cli = [sys.executable, "-m", "bertkit.cli"]
-    predicted = subprocess.run(
-        cli + ["predict", str(tmp_path / "run")],
-        input="\n".join(TEXTS),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    predicted = run_bertkit("predict", tmp_path / "run", input="\n".join(TEXTS))
+    assert predicted.returncode == 0, predicted.stderr
     assert [json.loads(line)["label"] for line in predicted.stdout.splitlines()] == [
         "positive",
         "negative",
         "positive",
         "negative",
     ]
-    evaluated = subprocess.run(
-        cli + ["evaluate", str(tmp_path / "run")], capture_output=True, text=True, check=True
-    )
+    evaluated = run_bertkit("evaluate", tmp_path / "run")
+    assert evaluated.returncode == 0, evaluated.stderr
     assert evaluated.stdout.startswith("accuracy: ")
     saved = json.loads((tmp_path / "run" / "evaluation" / "metrics.json").read_text())
     printed = evaluated.stdout.split()[1]
     assert f"{saved['metrics']['accuracy']:.4f}" == printed
-    exported = subprocess.run(
-        cli + ["export", str(tmp_path / "run"), "--out", str(tmp_path / "exported")],
-        capture_output=True,
-        text=True,
-    )
+    exported = run_bertkit("export", tmp_path / "run", "--out", tmp_path / "exported")
     assert exported.returncode == 0, exported.stderr
     assert serve_in_fresh_process(tmp_path / "exported", {"text": TEXTS[:1]})["label"] == [
         "positive"
     ]
-    again = subprocess.run(
-        cli + ["export", str(tmp_path / "run"), "--out", str(tmp_path / "exported")],
-        capture_output=True,
-        text=True,
-    )
+    again = run_bertkit("export", tmp_path / "run", "--out", tmp_path / "exported")
     assert again.returncode == 2 and "export folder exists and is not empty" in again.stderr
     (tmp_path / "r.yaml").write_text(
         json.dumps({**recipe(tmp_path), "output_dir": str(tmp_path / "run")})
     )
     before = (tmp_path / "run" / "model" / "model.weights.h5").read_bytes()
-    refused = subprocess.run(
-        cli + ["finetune", str(tmp_path / "r.yaml")], capture_output=True, text=True
-    )
+    refused = run_bertkit("finetune", tmp_path / "r.yaml")
     assert refused.returncode == 2
     assert refused.stderr.strip().endswith(
         "holds a finished run; pass --overwrite "

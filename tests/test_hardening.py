@@ -11,17 +11,11 @@ import numpy as np
 import pytest
 import yaml
 
-from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+from bertkit.testing import run_bertkit, write_sentiment_tsv, write_tiny_checkpoint
 
 
 def bertkit(*args, cwd=None, input=None):
-    return subprocess.run(
-        [sys.executable, "-m", "bertkit.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        input=input,
-    )
+    return run_bertkit(*args, cwd=cwd, input=input)
 
 
 def one_line_error(result, message):

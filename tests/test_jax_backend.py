@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from bertkit.testing import serve_in_fresh_process, write_sentiment_tsv, write_tiny_checkpoint
+from bertkit.testing import serve_each_in_fresh_process, write_sentiment_tsv, write_tiny_checkpoint
 from tests.test_span_qa import qa_lines, write_lines
 from tests.test_tagging import write_conll
 
@@ -116,22 +116,34 @@ def test_jax_run_is_complete(runs, task):
     assert len(predictions[task]) == len(INPUTS[task])
 
 
-def test_classification_saved_model_serves_what_jax_predicted(runs):
-    folder, predictions = runs
-    served = serve_in_fresh_process(
-        folder / "classification_run" / "saved_model", {"text": INPUTS["classification"]}
+@pytest.fixture(scope="module")
+def served(runs):
+    """The three SavedModels answering `INPUTS`, all in one fresh TensorFlow process."""
+    folder, _ = runs
+    example = INPUTS["span_qa"][0]
+    requests = {
+        "classification": {"text": INPUTS["classification"]},
+        "tagging": {"text": INPUTS["tagging"]},
+        "span_qa": {"question": [example["question"]], "context": [example["context"]]},
+    }
+    outputs = serve_each_in_fresh_process(
+        [(folder / f"{task}_run" / "saved_model", inputs) for task, inputs in requests.items()]
     )
+    return dict(zip(requests, outputs, strict=True))
+
+
+def test_classification_saved_model_serves_what_jax_predicted(runs, served):
+    _, predictions = runs
+    served = served["classification"]
     assert served["label"] == [p["label"] for p in predictions["classification"]]
     np.testing.assert_allclose(
         served["score"], [p["score"] for p in predictions["classification"]], atol=1e-4
     )
 
 
-def test_tagging_saved_model_serves_what_jax_predicted(runs):
-    folder, predictions = runs
-    served = serve_in_fresh_process(
-        folder / "tagging_run" / "saved_model", {"text": INPUTS["tagging"]}
-    )
+def test_tagging_saved_model_serves_what_jax_predicted(runs, served):
+    _, predictions = runs
+    served = served["tagging"]
     counts = served["entity_count"]
     assert counts == [len(p["entities"]) for p in predictions["tagging"]]
     starts = [
@@ -140,11 +152,6 @@ def test_tagging_saved_model_serves_what_jax_predicted(runs):
     assert starts == [e["start"] for p in predictions["tagging"] for e in p["entities"]]
 
 
-def test_span_qa_saved_model_serves_what_jax_predicted(runs):
-    folder, predictions = runs
-    example = INPUTS["span_qa"][0]
-    served = serve_in_fresh_process(
-        folder / "span_qa_run" / "saved_model",
-        {"question": [example["question"]], "context": [example["context"]]},
-    )
-    assert served["answer"] == [predictions["span_qa"][0]["answer"]]
+def test_span_qa_saved_model_serves_what_jax_predicted(runs, served):
+    _, predictions = runs
+    assert served["span_qa"]["answer"] == [predictions["span_qa"][0]["answer"]]

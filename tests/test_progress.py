@@ -2,14 +2,13 @@
 
 import json
 import re
-import subprocess
 import sys
 
 import pytest
 import yaml
 
 from bertkit.progress import Cadence, CountProgress
-from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+from bertkit.testing import run_bertkit, write_sentiment_tsv, write_tiny_checkpoint
 from bertkit.training.step_callbacks import TrainingProgress
 
 LINE = re.compile(
@@ -19,18 +18,12 @@ LINE = re.compile(
 
 
 def bertkit(*args, cwd=None, input=None):
-    return subprocess.run(
-        [sys.executable, "-m", "bertkit.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        input=input,
-    )
+    return run_bertkit(*args, cwd=cwd, input=input)
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """A finished tiny run of 2 epochs x 20 steps, trained by the CLI with stdout a pipe."""
+    """A finished tiny run of 2 epochs x 20 steps, trained by the CLI with stdout a file."""
     tmp_path = tmp_path_factory.mktemp("progress")
     write_tiny_checkpoint(tmp_path / "ckpt", num_layers=1, hidden_size=16, intermediate_size=32)
     write_sentiment_tsv(tmp_path / "train.tsv", 80, seed=0)

@@ -9,14 +9,16 @@ _FRESH_PROCESS_SCRIPT = """
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the tf-text ops the graph uses)
-inputs = json.loads(sys.stdin.read())
-serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
-outputs = serve(**{name: tf.constant(values) for name, values in inputs.items()})
-loaded = sorted(m for m in ("keras_hub", "keras_nlp", "bertkit") if m in sys.modules)
 def plain(value):
     value = value.numpy()
     return value.astype(str).tolist() if value.dtype.kind in "SO" else value.tolist()
-print(json.dumps({"outputs": {k: plain(v) for k, v in outputs.items()}, "imported": loaded}))
+replies = []
+for directory, inputs in json.loads(sys.stdin.read()):
+    serve = tf.saved_model.load(directory).signatures["serving_default"]
+    outputs = serve(**{name: tf.constant(values) for name, values in inputs.items()})
+    replies.append({k: plain(v) for k, v in outputs.items()})
+loaded = sorted(m for m in ("keras_hub", "keras_nlp", "bertkit") if m in sys.modules)
+print(json.dumps({"outputs": replies, "imported": loaded}))
 """
 
 _BAD_REQUESTS_SCRIPT = """
@@ -46,9 +48,14 @@ def serve_in_fresh_process(saved_model_dir, inputs: dict) -> dict:
     Raises AssertionError if keras-hub or bertkit got imported there. (Keras itself
     is always imported: `tensorflow_text` builds Keras layers at import time.)
     """
-    result = _run_fresh_python(
-        _FRESH_PROCESS_SCRIPT, str(saved_model_dir), stdin=json.dumps(inputs)
-    )
+    return serve_each_in_fresh_process([(saved_model_dir, inputs)])[0]
+
+
+def serve_each_in_fresh_process(requests: list) -> list[dict]:
+    """`serve_in_fresh_process` for several (SavedModel folder, inputs) pairs, all in one
+    new Python (one TensorFlow start-up): the outputs of each, in order."""
+    requests = [[str(directory), inputs] for directory, inputs in requests]
+    result = _run_fresh_python(_FRESH_PROCESS_SCRIPT, stdin=json.dumps(requests))
     if result.returncode != 0:
         raise AssertionError(f"serving failed:\n{result.stderr[-3000:]}")
     reply = json.loads(result.stdout.strip().splitlines()[-1])

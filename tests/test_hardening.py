@@ -255,7 +255,10 @@ def test_predict_gives_one_output_per_input_line(finished):
     assert len(outputs) == len(lines)
     assert "label" in outputs[0] and "label" in outputs[5]
     assert outputs[1] == {"error": "input 2: empty input"}
-    assert outputs[2] == {"error": "input 3: 'text_pair' must be a text, got 7"}
+    assert outputs[2] == {  # a single-text model
+        "error": "input 3: this model classifies single texts: expected a text or an object "
+        "with 'sentence', got a pair {'text': 'ok', 'text_pair': 7}"
+    }
     assert outputs[3] == {"error": "input 4: 'text' is not valid Unicode (a lone surrogate)"}
     assert outputs[4] == {"error": "input 5: empty input"}
 
@@ -790,6 +793,22 @@ def test_predict_column_without_pair_column_on_a_pair_model(pair_run):
         "hypothesis",
     )
     assert len(outputs_of(result)) == 16
+    rows = [{"a": "good film", "b": "fine"}, {"a": "", "b": "x"}, {"a": "dull", "b": "bad"}]
+    (pair_run.parent / "pairs.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    result = bertkit(
+        "predict",
+        str(pair_run),
+        "--column",
+        "a",
+        "--pair-column",
+        "b",
+        "--format",
+        "jsonl",
+        input=(pair_run.parent / "pairs.jsonl").read_text(),
+    )
+    outputs = outputs_of(result)
+    assert len(outputs) == 3 and outputs[1] == {"error": "input 2: empty input"}
+    assert "label" in outputs[0] and "label" in outputs[2]
 
 
 def start_predict(run):

@@ -162,26 +162,24 @@ def test_predict_reads_a_column_with_top_k_and_progress_on_stderr(run):
     assert progress[-1].startswith("predict 100/100 (100%)") and len(progress) <= 13
 
 
-def test_predict_pair_column_from_json_lines_and_empty_cells(run):
+def test_predict_pair_column_on_a_single_text_model_is_one_line(run):
     tmp_path, _ = run
-    rows = [{"a": "good film", "b": "fine"}, {"a": "", "b": "x"}, {"a": "dull", "b": "bad"}]
+    rows = [{"a": "good film", "b": "fine"}, {"a": "", "b": "x"}]
     (tmp_path / "pairs.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     result = bertkit(
         "predict",
         "run",
+        "--input",
+        "pairs.jsonl",
         "--column",
         "a",
         "--pair-column",
         "b",
-        "--format",
-        "jsonl",
         cwd=tmp_path,
-        input=(tmp_path / "pairs.jsonl").read_text(),
     )
-    assert result.returncode == 0, result.stderr
-    lines = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(lines) == 3 and lines[1] == {"error": "input 2: empty input"}
-    assert "label" in lines[0] and "label" in lines[2]
+    assert result.returncode == 2 and result.stderr == (
+        "bertkit: error: this model takes single texts: --pair-column does not apply\n"
+    )
 
 
 @pytest.mark.parametrize(

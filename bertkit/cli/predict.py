@@ -120,6 +120,8 @@ def run(args) -> None:
             "this model takes text pairs: --column needs --pair-column (the "
             "column of the second text)"
         )
+    if args.pair_column and not model.accepts_text_pairs:
+        raise UserError("this model takes single texts: --pair-column does not apply")
     batch_size = args.batch_size or 2 * model.description["batch_size"]
     progress = None  # a pipe's inputs are not counted ahead: its answers show the progress
     if isinstance(inputs, list):

@@ -124,6 +124,11 @@ class FineTunedModel:
         span QA): the task takes a [text, text] pair but not a single text."""
         return not _parses(self.task, "text") and _parses(self.task, ["text", "text"])
 
+    @property
+    def accepts_text_pairs(self) -> bool:
+        """Whether a [text, text] pair is an input this model takes."""
+        return _parses(self.task, ["text", "text"])
+
     def predict(
         self,
         inputs,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bertkit.testing import run_task_contract_test, write_tiny_checkpoint
+from bertkit.testing import run_bertkit, run_task_contract_test, write_tiny_checkpoint
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "bertkit-regression"
 
@@ -83,7 +83,8 @@ def test_broken_plugin_is_a_one_line_user_error(site, tmp_path):
     )
 
 
-def test_example_plugin_trains_predicts_and_exports(site, tmp_path):
+def test_example_plugin_trains_predicts_and_exports(site, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(site))  # the entry point is found on sys.path
     write_tiny_checkpoint(tmp_path / "ckpt")
     rows = ["text\tscore"] + [f"{'good ' * (i % 4)}film\t{i % 4}" for i in range(64)]
     (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
@@ -99,12 +100,12 @@ def test_example_plugin_trains_predicts_and_exports(site, tmp_path):
             }
         )
     )
-    result = bertkit_cli(["finetune", str(tmp_path / "r.yaml")], site)
+    result = run_bertkit("finetune", tmp_path / "r.yaml")
     assert result.returncode == 0, result.stderr
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["monitor"] == "val_mse"
     assert metrics["epochs"][-1]["val_mse"] < metrics["epochs"][0]["val_mse"]
-    predicted = bertkit_cli(["predict", str(tmp_path / "run")], site, input="good good film\n")
+    predicted = run_bertkit("predict", tmp_path / "run", input="good good film\n")
     assert isinstance(json.loads(predicted.stdout)["score"], float)
     assert (tmp_path / "run" / "saved_model" / "saved_model.pb").exists()
 

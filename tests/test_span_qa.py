@@ -2,8 +2,6 @@
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ from bertkit.testing import (
     POSITIVE,
     check_preprocessor,
     run_task_contract_test,
+    serve_in_fresh_process,
     tiny_vocabulary,
     write_tiny_checkpoint,
 )
@@ -201,18 +200,6 @@ def test_predict_matches_the_evaluation_path(run):
     assert with_n_best["n_best"][0]["answer"] == predictions[1]["best_span"]
 
 
-SERVE = """
-import json, sys
-import tensorflow as tf, tensorflow_text  # noqa: F401
-serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
-inputs = json.loads(sys.stdin.read())
-outputs = serve(question=tf.constant(inputs["question"]), context=tf.constant(inputs["context"]))
-assert "keras_hub" not in sys.modules and "bertkit" not in sys.modules
-print(json.dumps({k: [x.decode() if isinstance(x, bytes) else x.item() for x in v.numpy()]
-                  for k, v in outputs.items()}))
-"""
-
-
 def test_saved_model_in_a_fresh_process_matches_predict(run):
     dev = [json.loads(line) for line in (run / "dev.jsonl").read_text().splitlines()][:12]
     long_context = " ".join(["Renée"] + ["the film"] * 30 + ["lovely", "café"])  # 4 windows
@@ -220,14 +207,7 @@ def test_saved_model_in_a_fresh_process_matches_predict(run):
         "question": [d["question"] for d in dev] + [QUESTION, QUESTION, ""],
         "context": [d["context"] for d in dev] + [long_context, "", "Zoë"],
     }
-    result = subprocess.run(
-        [sys.executable, "-c", SERVE, str(run / "run" / "saved_model")],
-        input=json.dumps(inputs),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    served = json.loads(result.stdout)
+    served = serve_in_fresh_process(run / "run" / "saved_model", inputs)
     expected = bertkit.load(run / "run").predict(
         list(zip(inputs["question"], inputs["context"], strict=True))
     )

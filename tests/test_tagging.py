@@ -3,8 +3,6 @@
 import dataclasses
 import json
 import random
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,6 +16,7 @@ from bertkit.serving.inference import predict_examples
 from bertkit.testing import (
     check_preprocessor,
     run_task_contract_test,
+    serve_in_fresh_process,
     tiny_vocabulary,
     write_tiny_checkpoint,
 )
@@ -267,30 +266,16 @@ def test_raw_text_entities_have_character_offsets(run):
     ]
 
 
-FRESH = """
-import json, sys
-import tensorflow as tf, tensorflow_text  # noqa: F401
-assert "keras_hub" not in sys.modules and "bertkit" not in sys.modules
-texts = json.loads(sys.stdin.read())
-out = tf.saved_model.load(sys.argv[1]).signatures["serving_default"](text=tf.constant(texts))
-out = {k[len("entity_"):]: v.numpy().tolist() for k, v in out.items()}
-keys = ["text", "type", "start", "end", "score"]
-print(json.dumps([[{k: out[k][i][j].decode() if k in ("text", "type") else out[k][i][j]
-                    for k in keys} for j in range(out["count"][i])] for i in range(len(texts))]))
-"""
-
-
 def test_saved_model_in_a_fresh_process_matches_predict(run):
     tmp, model = run
     texts = ["Mr Smith visited Paris.", "", "Zoë’s café in Rome, mr Ann", " ".join(long_words(100))]
-    result = subprocess.run(
-        [sys.executable, "-c", FRESH, str(tmp / "run" / "saved_model")],
-        input=json.dumps(texts),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    exported = json.loads(result.stdout)
+    out = serve_in_fresh_process(tmp / "run" / "saved_model", {"text": texts})
+    out = {name.removeprefix("entity_"): value for name, value in out.items()}
+    keys = ["text", "type", "start", "end", "score"]
+    exported = [
+        [{key: out[key][i][j] for key in keys} for j in range(out["count"][i])]
+        for i in range(len(texts))
+    ]
     expected = [p["entities"] for p in model.predict(texts)]
     assert sum(map(len, expected)) >= 3
     for got, want in zip(exported, expected, strict=True):

@@ -1,7 +1,7 @@
 """`bertkit export --format transformers` checked by transformers itself: decoded outputs on dev.
 
 For SST-2 classification, CoNLL-2003 tagging and SQuAD v1.1 span QA, a tiny fine-tuning run
-(the MiniLM checkpoint, a few hundred training examples, 1 epoch; an existing finished run in
+(the MiniLM checkpoint, a few hundred training examples, `--epochs` (3); an existing finished run in
 `--workdir` is reused) is exported with `bertkit export RUN --format transformers`, and the
 folder is loaded by transformers' own pipelines in the reference interpreter (`--python`,
 torch + transformers; bertkit never imports torch). Both answer the same dev examples:
@@ -79,17 +79,22 @@ json.dump(results, open(sys.argv[2], "w"))
 """
 
 
-def recipe(task, data: dict, sequence_length: int, batch_size: int) -> dict:
+def recipe(task, data: dict, sequence_length: int, batch_size: int, epochs: int) -> dict:
     return {
         "schema": 1,
         "task": task,
         "backbone": {"preset": PRESET, "sequence_length": sequence_length},
         "data": data,
-        "training": {"epochs": 1, "batch_size": batch_size, "learning_rate": 1e-4, "seed": 1},
+        "training": {
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "learning_rate": 1e-4,
+            "seed": 1,
+        },
     }
 
 
-def prepare(data: Path, workdir: Path, train: int, examples: int) -> dict:
+def prepare(data: Path, workdir: Path, train: int, examples: int, epochs: int) -> dict:
     """Per task: its recipe, and the dev inputs and gold answers of the compared examples."""
     workdir.mkdir(parents=True, exist_ok=True)
     sst2 = {"train": workdir / "sst2-train.tsv", "validation": workdir / "sst2-dev.tsv"}
@@ -106,15 +111,15 @@ def prepare(data: Path, workdir: Path, train: int, examples: int) -> dict:
     questions, _ = read_squad(squad["validation"])
     return {
         "SST-2 classification": (
-            recipe("classification", {**_paths(sst2), "text": "sentence"}, 64, 16),
+            recipe("classification", {**_paths(sst2), "text": "sentence"}, 64, 16, epochs),
             [row["sentence"] for row in read_tsv(sst2["validation"])],
         ),
         "CoNLL-2003 tagging": (
-            recipe({"name": "tagging", "decoding": "argmax"}, _paths(conll), 128, 16),
+            recipe({"name": "tagging", "decoding": "argmax"}, _paths(conll), 128, 16, epochs),
             [" ".join(sentence.words) for sentence in sentences],
         ),
         "SQuAD v1.1 span QA": (
-            recipe({"name": "span_qa", "version": "1.1"}, _paths(squad), 384, 16),
+            recipe({"name": "span_qa", "version": "1.1"}, _paths(squad), 384, 16, epochs),
             [[question.question, question.context] for question in questions],
         ),
     }
@@ -148,8 +153,9 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/bertkit-transformers-export"))
     parser.add_argument("--train", type=int, default=400, help="training examples per task")
     parser.add_argument("--examples", type=int, default=200, help="dev examples compared")
+    parser.add_argument("--epochs", type=int, default=3, help="of the runs it fine-tunes")
     args = parser.parse_args()
-    tasks = prepare(args.data, args.workdir, args.train, args.examples)
+    tasks = prepare(args.data, args.workdir, args.train, args.examples, args.epochs)
     jobs, ours, scores = {}, {}, {}
     for name, (task_recipe, inputs) in tasks.items():
         run_dir = finished_run(name, task_recipe, args.workdir)

@@ -52,6 +52,8 @@ class TransformersHead:
         settings: bertkit settings the model was trained and decodes with, documented in
             config.json's `bertkit` field and the README.
         not_represented: what bertkit does that transformers will not, one short phrase each.
+        use_note: a line for the README under the pipeline call (e.g. where a transformers
+            version lacks that pipeline).
     """
 
     architecture: str
@@ -62,6 +64,7 @@ class TransformersHead:
     call_options: dict = dataclasses.field(default_factory=dict)
     settings: dict = dataclasses.field(default_factory=dict)
     not_represented: tuple[str, ...] = ()
+    use_note: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,6 +241,7 @@ def folder_readme(model, head: TransformersHead, config: dict) -> str:
         f"# call it with{options[1:] or ' its defaults'}",
         "```",
         "",
+        *([head.use_note, ""] if head.use_note else []),
         "## Not represented in this format",
         "",
         *(f"- {phrase}" for phrase in head.not_represented or ["nothing"]),

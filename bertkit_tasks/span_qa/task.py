@@ -406,6 +406,11 @@ class SpanQATask(Task):
             call_options=call,
             settings=settings,
             not_represented=tuple(lost),
+            use_note=(
+                "transformers 5 has no question-answering pipeline: load "
+                "`AutoModelForQuestionAnswering` and decode the start and end logits as its "
+                "`run_qa.py` example does (best start <= end within the context)."
+            ),
         )
 
 

@@ -19,21 +19,28 @@ if _FAST_COMPILE not in os.environ.get("XLA_FLAGS", ""):
 # ones fill in at the end and both workers finish close together (longest-processing-time-first
 # scheduling). Times on the 2-core CI machine; files not listed keep their order after these.
 SLOWEST_FIRST = (
-    "test_multi_process.py",
     "test_jax_backend.py",
     "test_resume.py",
-    "test_hardening.py",
+    "test_multi_process.py",
     "test_data_parallel.py",
-    "test_classification.py",
-    "test_gpu_check.py",
+    "test_hardening.py",
     "test_tune.py",
-    "test_preemption.py",
-    "test_lora.py",
-    "test_compilation.py",
-    "test_span_qa.py",
-    "test_tagging.py",
     "test_mlm.py",
+    "test_classification.py",
+    "test_tagging.py",
+    "test_span_qa.py",
+    "test_packing.py",
+    "test_gpu_check.py",
+    "test_serve.py",
+    "test_plugins.py",
+    "test_preemption.py",
     "test_seeds.py",
+    "test_int8_export.py",
+    "test_cli.py",
+    "test_lora.py",
+    "test_training_options.py",
+    "test_untrusted_files.py",
+    "test_compilation.py",
 )
 
 

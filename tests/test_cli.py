@@ -1,16 +1,18 @@
-"""The CLI: user errors are one line on stderr and exit status 2, never a traceback."""
+"""The CLI: user errors are one line on stderr and exit status 2, never a traceback.
+
+The commands run in this process (`run_bertkit`); the `bertkit` process itself (its exit,
+its start-up output, pipes, signals) is tested in test_hardening.py and test_preemption.py.
+"""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from bertkit.testing import run_bertkit
+
 
 def bertkit(*args, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "bertkit.cli", *args], capture_output=True, text=True, cwd=cwd
-    )
+    return run_bertkit(*args, cwd=cwd)
 
 
 @pytest.mark.parametrize(

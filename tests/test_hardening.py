@@ -140,7 +140,7 @@ def test_killed_during_export_the_rerun_trains_no_epoch_again(tmp_path, monkeypa
     write_sentiment_tsv(tmp_path / "dev.tsv", 8, seed=1)
     recipe = write_recipe(tmp_path, epochs=2)
 
-    def killed(run, finetuned):
+    def killed(run, finetuned, export=None):
         raise SystemExit("killed during export")
 
     monkeypatch.setattr(run_steps, "export_run", killed)

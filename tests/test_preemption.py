@@ -74,7 +74,9 @@ def folder(tmp_path_factory):
     write_sentiment_tsv(folder / "train.tsv", 60, seed=0)
     write_sentiment_tsv(folder / "dev.tsv", 16, seed=1)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(run_steps, "export_run", lambda run, finetuned: None)  # not compared
+        patch.setattr(
+            run_steps, "export_run", lambda run, finetuned, export=None: None
+        )  # not compared
         bertkit.finetune(write_recipe(folder, "reference"), verbose=0)
     return folder
 
@@ -104,7 +106,7 @@ def checkpoint_at(run) -> tuple[int, int]:
 def test_sigterm_mid_epoch_saves_the_step_and_the_run_resumes_exactly(folder, monkeypatch, capsys):
     from bertkit.cli import main
 
-    monkeypatch.setattr(run_steps, "export_run", lambda run, finetuned: None)
+    monkeypatch.setattr(run_steps, "export_run", lambda run, finetuned, export=None: None)
     monkeypatch.chdir(folder)
     recipe, run = write_recipe(folder, "stopped"), folder / "stopped"
     finetune, handler = bertkit.finetune, signal.getsignal(signal.SIGTERM)

@@ -46,7 +46,7 @@ class CountFits(keras.callbacks.Callback):
             raise SystemExit("killed")
 
 
-def stub_export(run, finetuned):  # a SavedModel export takes longer than the two seeds
+def stub_export(run, finetuned, export=None):  # a SavedModel export takes longer than the two seeds
     run.saved_model_dir.mkdir()
     (run.saved_model_dir / "saved_model.pb").write_text("stub")
 

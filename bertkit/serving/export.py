@@ -1,9 +1,8 @@
 """TensorFlow SavedModel export: raw strings in, decoded predictions out.
 
-Tokenization (tf-text), the model and the task's decoding all run in the
-graph, so the SavedModel needs only `tensorflow` and `tensorflow_text` to
-serve: no bertkit, Keras or keras-hub. Labels and tokenizer settings travel
-inside it (as graph constants and in `assets/bertkit.json`).
+Tokenization (tf-text), the model and the task's decoding all run in the graph, so the
+SavedModel needs only `tensorflow` and `tensorflow_text` to serve: no bertkit, Keras or
+keras-hub. Labels and tokenizer settings travel inside it (graph constants, assets/bertkit.json).
 """
 
 from __future__ import annotations
@@ -51,8 +50,7 @@ def export_saved_model(
 
 
 def checked_export_folder(directory) -> Path:
-    """`directory` as a `Path`, once the backend is TensorFlow and the folder is new or
-    empty; a `UserError` otherwise."""
+    """`new_export_folder(directory)`, once the backend is TensorFlow (else a UserError)."""
     import keras
 
     if keras.backend.backend() != "tensorflow":
@@ -60,6 +58,11 @@ def checked_export_folder(directory) -> Path:
             "SavedModel export needs the TensorFlow backend "
             "(unset KERAS_BACKEND or set it to 'tensorflow')"
         )
+    return new_export_folder(directory)
+
+
+def new_export_folder(directory) -> Path:
+    """`directory` as a `Path` once it is new or an empty folder (every export's rule)."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise UserError("export path exists and is not a folder; choose another", source=directory)
@@ -132,10 +135,9 @@ def _write_saved_model(task, model, directory: Path, metadata: dict) -> None:
         checked_serve(task, model, list(specs), **metadata["input_limits"]), autograph=False
     )
     signature = serve.get_concrete_function(*(_any_shape(spec) for spec in specs.values()))
-    # `tf.saved_model.save` of a module holding only what `serve` reads: the weights
-    # and the tokenizer's resources. Keras' `ExportArchive` would also save `serve` as a
-    # restorable function, which TensorFlow traces again under its save context, and
-    # search the traced graphs for resources: together 1-2 s of a 4 s export.
+    # `tf.saved_model.save` of a module holding only the weights and tokenizer resources
+    # `serve` reads: Keras' `ExportArchive` would also save `serve` as a restorable function
+    # (traced again, its graphs searched for resources): 1-2 s of a 4 s export.
     exported = tf.Module()
     exported.weights = [variable.value for variable in model.variables]
     exported.tokenizer = task.tokenizer.fast_tokenizer

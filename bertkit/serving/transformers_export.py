@@ -28,6 +28,7 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.model.hf_files import SAFETENSORS_FILE, VOCAB_FILE, write_json, write_tokenizer_config
 from bertkit.run_dir import FINISHED, RunDirectory, read_json
+from bertkit.serving.export import new_export_folder
 
 SPECIAL_TOKENS = {
     "unk_token": "[UNK]",
@@ -95,7 +96,7 @@ def export_transformers(run_dir, directory) -> TransformersExport:
     from bertkit.serving.finetuned import FineTunedModel
 
     run = _finished_run(run_dir)
-    directory = _checked_folder(directory)
+    directory = new_export_folder(directory)
     head = _transformers_head(run)  # refused before the model loads
     model = FineTunedModel.load(run.path)
     check_finite_weights(model.model, run.weights_file)
@@ -131,16 +132,6 @@ def _transformers_head(run: RunDirectory) -> TransformersHead:
             source=run.path,
         )
     return head
-
-
-def _checked_folder(directory) -> Path:
-    """`directory` as a `Path` once it is new or an empty folder (as the SavedModel export)."""
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise UserError("export path exists and is not a folder; choose another", source=directory)
-    if directory.exists() and any(directory.iterdir()):
-        raise UserError("export folder exists and is not empty; choose another", source=directory)
-    return directory
 
 
 @contextlib.contextmanager

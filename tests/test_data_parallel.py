@@ -90,6 +90,7 @@ def report(tmp_path_factory):
                     "backbone": {"preset": "./ckpt", "sequence_length": 32},
                     "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
                     "training": {**BASE, **training},
+                    "export": {"saved_model": False},  # each would be a TensorFlow child
                     "output_dir": name,
                 }
             )

@@ -30,6 +30,7 @@ def write_recipe(tmp_path, output, **training):
                 "backbone": {"preset": "ckpt", "sequence_length": 32},
                 "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
                 "training": {"epochs": 3, "batch_size": 4, "learning_rate": 1e-3, **training},
+                "export": {"saved_model": False},  # (a JAX run's is a TensorFlow child process)
                 "output_dir": output,
             }
         )
@@ -98,6 +99,8 @@ def kill_9_mid_epoch_then_resume(tmp_path, training=None, **popen):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
         assert a["val_accuracy"] == pytest.approx(b["val_accuracy"])
     assert got["final"]["validation"] == pytest.approx(expected["final"]["validation"])
+    assert (tmp_path / "interrupted" / "model" / "model.weights.h5").is_file()
+    assert not (tmp_path / "interrupted" / "saved_model").exists()  # export.saved_model: false
 
 
 def test_checkpoint_files_are_replaced_whole(tmp_path, monkeypatch):

@@ -171,6 +171,13 @@ class TrainingConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ExportConfig:
+    saved_model: bool = _field(
+        default=True,
+        metadata={
+            "help": "false: finetune writes no saved_model/ (bertkit export RUN --out DIR "
+            "writes one later): for sweeps and for machines that only train"
+        },
+    )
     quantize: Literal["int8"] | None = _field(
         default=None,
         metadata={

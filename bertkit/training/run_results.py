@@ -11,6 +11,7 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.model_card import data_size, write_model_card
 from bertkit.recipes.recipe import Recipe
+from bertkit.recipes.sections import ExportConfig
 from bertkit.report import best_epoch, plot_learning_curve, write_report
 from bertkit.run_dir import FINISHED, RunDirectory, read_json, write_json
 from bertkit.training.task_data import TaskData
@@ -86,15 +87,24 @@ def write_results(
         print(f"{split}: {shown}")
 
 
-def export_run(run: RunDirectory, finetuned, export=None) -> None:
+def export_run(run: RunDirectory, finetuned, export: ExportConfig | None = None) -> None:
     """The run's `saved_model/`: exported here on TensorFlow, by a TensorFlow child process
-    after a JAX run, or a note on stderr where TensorFlow is not installed; and with the
-    recipe's `export.quantize` (`export`: its `ExportConfig`) `saved_model_int8/`."""
+    after a JAX run, or a note on stderr where TensorFlow is not installed; none with the
+    recipe's `export.saved_model: false`; and with its `export.quantize` (`export`: the
+    recipe's `ExportConfig`) `saved_model_int8/`."""
     import keras
 
+    export = export or ExportConfig()
+    on_tensorflow = keras.backend.backend() == "tensorflow"
+    if export.saved_model:
+        export_float(run, finetuned, on_tensorflow)
+    if export.quantize is not None:
+        export_int8(run, finetuned, export, on_tensorflow)
+
+
+def export_float(run: RunDirectory, finetuned, on_tensorflow: bool) -> None:
     from bertkit.serving.export import export_in_tensorflow_process, tensorflow_available
 
-    on_tensorflow = keras.backend.backend() == "tensorflow"
     if not on_tensorflow and not tensorflow_available():
         print(
             f"no SavedModel: export needs TensorFlow; run 'bertkit export {run.path} "
@@ -108,8 +118,6 @@ def export_run(run: RunDirectory, finetuned, export=None) -> None:
         finetuned.export(run.saved_model_dir)
     else:  # trained on JAX: the saved best weights, rebuilt on TensorFlow in a child
         export_in_tensorflow_process(run.path, run.saved_model_dir)
-    if export is not None and export.quantize is not None:
-        export_int8(run, finetuned, export, on_tensorflow)
 
 
 def export_int8(run: RunDirectory, finetuned, export, on_tensorflow: bool) -> None:

@@ -71,10 +71,16 @@ def _best_section(best, monitor: str, folder: Path, direction: str) -> str:
     if best is None:
         return "No trial has completed yet."
     run_dir = _run_dir(best, folder)
+    path = Path(best.user_attrs.get("run_dir", ""))
+    ship = (
+        "its `saved_model/` is the model to ship"
+        if (path / "saved_model").is_dir()  # not with the recipe's export.saved_model: false
+        else f"`bertkit export {path} --out DIR` writes the model to ship"
+    )
     lines = [
         f"## Best trial: {best.number}",
         f"Validation {monitor}: **{best.value:.4f}** ({direction}d). Run directory: "
-        f"`{run_dir}` (also `best/`); its `saved_model/` is the model to ship.",
+        f"`{run_dir}` (also `best/`); {ship}.",
         "",
         markdown_table(
             ["parameter", "value"], [[key, _value(value)] for key, value in best.params.items()]

@@ -217,6 +217,7 @@ def test_tensorflow_mirrored_over_two_logical_cpus_ends_as_one_device(tmp_path):
                     "backbone": {"preset": "./ckpt", "sequence_length": 32},
                     "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
                     "training": {**BASE, "distribution": distribution},
+                    "export": {"saved_model": False},
                     "output_dir": name,
                 }
             )

@@ -36,6 +36,7 @@ def run(tmp_path_factory):
                 "backbone": {"preset": "ckpt", "sequence_length": 16},
                 "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
                 "training": {"epochs": 2, "batch_size": 4, "learning_rate": 1e-3},
+                "export": {"saved_model": False},
                 "output_dir": "run",
             }
         )

@@ -26,6 +26,7 @@ def recipe(tmp_path, **training):
             "text": "sentence",
         },
         "training": {"epochs": 5, "batch_size": 8, **training},
+        "export": {"saved_model": False},
     }
 
 

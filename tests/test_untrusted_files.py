@@ -31,6 +31,7 @@ def featurized(tmp_path_factory):
                 "backbone": {"preset": "./ckpt", "sequence_length": 32},
                 "data": {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence"},
                 "training": {"epochs": 1, "batch_size": 8},
+                "export": {"saved_model": False},
                 "output_dir": "run",
             }
         )

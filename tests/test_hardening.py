@@ -279,12 +279,8 @@ def test_predict_refuses_a_folder_as_input(finished, tmp_path):
 
 
 def test_predict_refuses_binary_stdin(finished):
-    result = subprocess.run(
-        [sys.executable, "-m", "bertkit.cli", "predict", str(finished / "run")],
-        input=b"\xff\xfe\x00x",
-        capture_output=True,
-    )
-    assert result.returncode == 2 and b"<stdin>:1: not UTF-8 text (byte 0)" in result.stderr
+    result = bertkit("predict", str(finished / "run"), input=b"\xff\xfe\x00x")
+    one_line_error(result, "<stdin>:1: not UTF-8 text (byte 0)")
 
 
 def test_python_predict_takes_a_string_as_one_input(finished):

@@ -23,7 +23,6 @@ import bertkit
 from bertkit.cli import main as bertkit_main
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
 from bertkit.testing.tiny import FILLER, NEGATIVE, POSITIVE
-from bertkit.training import run_steps
 from tests.test_mlm import add_head_tensors, write_corpus
 from tests.test_span_qa import qa_lines, write_lines
 from tests.test_tagging import write_conll
@@ -85,11 +84,10 @@ def runs(tmp_path_factory):
     add_head_tensors(folder / "mlm_ckpt")
     write_corpus(folder / "corpus.txt", 20)
     specs, common = recipes(folder)
-    with pytest.MonkeyPatch.context() as patch:
-        # The server answers with the run's model, not its saved_model/: not exported here
-        patch.setattr(run_steps, "export_run", lambda *args, **kwargs: None)
-        for name, spec in specs.items():
-            bertkit.finetune({**common, **spec}, output_dir=folder / name, verbose=0)
+    # The server answers with the run's model, not its saved_model/: not exported here
+    no_export = {"export": {"saved_model": False}}
+    for name, spec in specs.items():
+        bertkit.finetune({**common, **spec, **no_export}, output_dir=folder / name, verbose=0)
     return folder
 
 

@@ -17,8 +17,9 @@ import tempfile
 import traceback
 
 
-def run_bertkit(*args, cwd=None, input: str | None = None) -> subprocess.CompletedProcess:
-    """Runs `bertkit ARGS` in this process, in `cwd`, with `input` as its standard input.
+def run_bertkit(*args, cwd=None, input: str | bytes | None = None) -> subprocess.CompletedProcess:
+    """Runs `bertkit ARGS` in this process, in `cwd`, with `input` (text, or bytes as they
+    are) as its standard input.
 
     Returns what `subprocess.run(..., capture_output=True, text=True)` would: the exit
     status (as `bertkit` exits: 2 for a user error; 1 and the traceback on stderr for an
@@ -34,8 +35,8 @@ def run_bertkit(*args, cwd=None, input: str | None = None) -> subprocess.Complet
     argv = [str(arg) for arg in args]
     with tempfile.TemporaryDirectory(prefix="bertkit-cli-") as folder:
         streams = {name: os.path.join(folder, name) for name in ("stdin", "stdout", "stderr")}
-        with open(streams["stdin"], "w", encoding="utf-8") as stdin:
-            stdin.write(input or "")
+        with open(streams["stdin"], "wb") as stdin:
+            stdin.write(input if isinstance(input, bytes) else (input or "").encode("utf-8"))
         with _standard_streams(streams), _working_directory(cwd):
             code = _exit_status(main, argv)
         with (

@@ -16,6 +16,7 @@ import sys
 import time
 import types
 
+import keras
 import optuna
 import pytest
 import yaml
@@ -139,7 +140,9 @@ def test_a_trial_killed_with_kill_9_is_failed_and_run_again(workers):
     assert failed.user_attrs["run_dir"] == str(killed_trial)
     (retry,) = [t for t in complete_trials(study) if t.params == failed.params]
     assert retry.number > failed.number
-    assert RunDirectory(killed_trial).status() == "running"  # as the kill left it
+    # the retry continued the killed trial's run from its checkpoint of epoch 1
+    assert retry.user_attrs["run_dir"] == str(killed_trial)
+    assert RunDirectory(killed_trial).status() == "finished"
 
 
 def test_the_best_trial_has_the_best_metric_and_trials_are_complete_runs(workers):
@@ -165,8 +168,9 @@ def test_the_report_names_the_best_trial_and_shows_the_plots(workers):
     report = (folder / "report.md").read_text()
     best = study.best_trial
     assert f"## Best trial: {best.number}" in report
-    assert f"`trial-{best.number:04d}/`" in report
-    run_dir = best.user_attrs["run_dir"]  # no saved_model/ in the trials (export.saved_model)
+    run_dir = best.user_attrs["run_dir"]  # (a retry continues the stopped trial's folder)
+    assert f"`{os.path.basename(run_dir)}/`" in report
+    # no saved_model/ in the trials (export.saved_model: false)
     assert f"`bertkit export {run_dir} --out DIR` writes the model to ship" in report
     assert f"Trials: {TRIALS} complete, 1 fail" in report
     for png in ("optimization_history.png", "param_importances.png"):
@@ -199,6 +203,53 @@ def test_pruning_stops_a_trial_whose_metric_falls_behind(files, capsys):
     assert "trial 2 pruned after epoch 1" in capsys.readouterr().out
     tuning.report(recipe)
     assert "| 2 | pruned |" in (place.folder / "report.md").read_text()
+
+
+class SigtermAt(keras.callbacks.Callback):
+    """Sends this process SIGTERM as step `step` of the first epoch ends."""
+
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch + 1 == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_preempted_trial_is_queued_again_and_continues_its_run(files, monkeypatch, capsys):
+    from bertkit.training import trainer
+    from bertkit.training.preemption import Preempted
+
+    recipe = write_recipe(files, "preempted", trials=1, epochs=1)
+    finetune = trainer.finetune
+    monkeypatch.setattr(
+        trainer,
+        "finetune",
+        lambda *args, callbacks=(), **kwargs: finetune(
+            *args, callbacks=[*callbacks, SigtermAt(2)], **kwargs
+        ),
+    )
+    with pytest.raises(Preempted, match="stopped by SIGTERM at epoch 1 step 2"):
+        tuning.tune(recipe, verbose=0)
+    base = tuning.load_search_recipe(recipe)
+    study = tuning.open_study(tuning.StudyPlace.of(base), base, 60, create=False)
+    stopped, queued = study.trials
+    assert (stopped.state.name, queued.state.name) == ("FAIL", "WAITING")  # no heartbeat wait
+    assert queued.params == stopped.params
+    run = RunDirectory(stopped.user_attrs["run_dir"])
+    assert run.status() == "running"
+
+    monkeypatch.setattr(trainer, "finetune", finetune)
+    capsys.readouterr()
+    study = tuning.tune(recipe, verbose=0)  # the next `bertkit tune` of the study
+    out = capsys.readouterr().out
+    assert f"trial 1: continuing the stopped run {run.path}" in out
+    (done,) = complete_trials(study)
+    assert done.number == 1 and done.user_attrs["run_dir"] == str(run.path)
+    assert run.status() == "finished"
+    steps = json.loads(run.path.joinpath("steps.json").read_text())["steps"]
+    assert [s["step"] for s in steps] == list(range(1, 5))  # 64 rows / 16: steps 3-4 resumed
 
 
 def test_a_trial_started_beyond_the_requested_number_steps_back(files, tmp_path):

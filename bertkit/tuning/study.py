@@ -4,7 +4,10 @@ The study folder (default `<output_dir>.study/`) holds the trials' run directori
 the report; the storage is SQLite in that folder (`study.db`) unless an RDB URL
 (PostgreSQL) is given, which workers on several machines share. Workers send
 heartbeats: a trial whose worker died is failed once its heartbeat is stale, and its
-parameters are tried again (Optuna's `RetryHeartbeatStaleTrialCallback`).
+parameters are tried again (Optuna's `RetryHeartbeatStaleTrialCallback`). A trial stopped
+by SIGTERM is failed and queued again at once (`requeue_preempted`). Either way the trial
+that runs it again carries the stopped trial's `run_dir` and continues that run from its
+last checkpoint (`bertkit.tuning.tuner.Objective`).
 
 A study continues only the search it began: opening it with a recipe of another task,
 monitored metric or direction, or with a `search:` value Optuna cannot continue (a
@@ -239,6 +242,20 @@ def _heartbeat_options(seconds: int | None) -> dict:
                 max_retry=1
             ),
         }
+
+
+def requeue_preempted(trial) -> None:
+    """Fails `trial` (a running `optuna.Trial`, stopped by SIGTERM with its run saved) and
+    queues a trial with its parameters and attributes, as Optuna does for a trial whose
+    heartbeat went stale, but at once and for every preemption (a spot machine may be
+    preempted many times), so the next `tune` continues its run."""
+    import optuna
+
+    study = trial.study
+    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    with quiet_experimental_warnings():
+        retry = optuna.storages.RetryHeartbeatStaleTrialCallback()
+    retry(study, study._storage.get_trial(trial._trial_id))
 
 
 @contextlib.contextmanager

@@ -10,8 +10,8 @@ the study folder by default, or any RDB URL (PostgreSQL) shared by workers on se
 machines. Any number of processes may call `tune` on one storage: together they finish the
 requested number of trials. Workers send heartbeats (every `heartbeat_seconds`), so a trial
 whose worker was killed (a kill -9 included) is failed once its heartbeat is older than twice
-that, and run again by the next worker: an interrupted search resumes when `tune` is called
-again.
+that, and continued from its last checkpoint by the next worker (at once after a SIGTERM):
+an interrupted search resumes when `tune` is called again.
 
 Layout of the study folder (default `<output_dir>.study/`)::
 
@@ -56,9 +56,15 @@ from pathlib import Path
 
 from bertkit.errors import UserError
 from bertkit.recipes.recipe import Recipe, check_inputs, load_recipe
-from bertkit.run_dir import FINISHED, RunDirectory, read_json
+from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json
 from bertkit.task import Task
-from bertkit.tuning.study import StudyPlace, open_study, quiet_experimental_warnings
+from bertkit.training.preemption import Preempted
+from bertkit.tuning.study import (
+    StudyPlace,
+    open_study,
+    quiet_experimental_warnings,
+    requeue_preempted,
+)
 
 INSTALL_HINT = 'hyperparameter search needs Optuna: pip install "bertkit[tune]"'
 _FINISHED_STATES = ("COMPLETE", "PRUNED")
@@ -257,6 +263,9 @@ class Objective:
             raise SurplusTrial(f"trial {trial.number} is not needed")
         try:
             return self._trial(trial)
+        except Preempted:
+            requeue_preempted(trial)
+            raise
         except UserError as error:  # each counts toward `run_trials`' 3 failures in a row
             self.last_error = error
             trial.set_user_attr("error", str(error))
@@ -268,7 +277,7 @@ class Objective:
         import optuna
 
         values = self.space.suggest(trial)
-        run = RunDirectory(self.folder / f"trial-{trial.number:04d}")
+        run = self._run_directory(trial)
         trial.set_user_attr("run_dir", str(run.path))
         trial.set_user_attr("worker", f"{os.uname().nodename}:{os.getpid()}")
         print(f"trial {trial.number}: {_shown(values)}", flush=True)
@@ -284,6 +293,15 @@ class Objective:
             raise optuna.TrialPruned(f"pruned after epoch {pruned_after}")
         print(f"trial {trial.number}: {self.monitor} {value:.4f}", flush=True)
         return value
+
+    def _run_directory(self, trial) -> RunDirectory:
+        """A new `trial-NNNN/`; for a trial that runs a stopped one again (its worker
+        preempted or killed), the stopped trial's run, which `finetune` then resumes."""
+        stopped = trial.user_attrs.get("run_dir")  # a retry carries the stopped one's
+        if stopped and RunDirectory(stopped).status() == RUNNING:
+            print(f"trial {trial.number}: continuing the stopped run {stopped}", flush=True)
+            return RunDirectory(stopped)
+        return RunDirectory(self.folder / f"trial-{trial.number:04d}")
 
     def _finetune(self, trial, values: dict, run: RunDirectory) -> int | None:
         """Fine-tunes the trial's recipe; the epoch after which it was pruned, if it was."""

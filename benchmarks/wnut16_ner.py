@@ -24,6 +24,7 @@ whole `finetune` call, or the whole reference subprocess). Every run is appended
     python benchmarks/wnut16_ner.py --python /tmp/hfenv/bin/python --seeds 42 1 2
     python benchmarks/wnut16_ner.py --python /tmp/hfenv/bin/python --seeds 42 1 2 \\
         --train-size 1000
+    python benchmarks/wnut16_ner.py --merge part1.json part2.json --out all.json
 """
 
 from __future__ import annotations
@@ -254,7 +255,37 @@ def parse_arguments():
     parser.add_argument(
         "--out", type=Path, default=None, help="JSON file (default: in the workdir)"
     )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="train nothing: the summary of the runs in these JSON files (a study run in "
+        "parts), written to --out if given",
+    )
     return parser.parse_args()
+
+
+def merge(files: list[Path], out: Path | None) -> None:
+    """The summary over the runs of several `--out` files of one study (same data and
+    settings; a later run of the same row and seed replaces an earlier one)."""
+    records = [json.loads(path.read_text()) for path in files]
+    runs = {(run["row"], run["seed"]): run for record in records for run in record["runs"]}
+    merged = {**records[0], "merged_from": [str(path) for path in files]}
+    types = sorted(merged["training_mentions"])
+    merged["runs"] = list(runs.values())
+    merged["summary"] = summary(merged["runs"], types)
+    if out:
+        out.write_text(json.dumps(merged, indent=1))
+    settings = merged["settings"]
+    print_summary(
+        merged["summary"],
+        types,
+        Counter(merged["training_mentions"]),
+        f"WNUT-16, {settings['train_tweets']} training tweets, batch {settings['batch_size']}, "
+        f"lr {settings['learning_rate']}, {settings['epochs']} epochs (the settings: their "
+        "own); entity F1 x 100 (conlleval rules), mean ± sd over seeds",
+    )
 
 
 def read_data(args, workdir: Path) -> dict:
@@ -292,6 +323,8 @@ def run_row(args, overrides, seed: int, data: dict, folder: Path) -> dict:
 
 def main():
     args = parse_arguments()
+    if args.merge:
+        return merge(args.merge, args.out)
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-wnut16-"))
     data = read_data(args, workdir)
     out = args.out or workdir / "wnut16_ner.json"

@@ -8,7 +8,9 @@ Here the process says in one line what happened and ends with status 2 before th
 (`os._exit`: JAX's exit handlers would wait and abort). What JAX's coordination service
 ends by itself (process 0 stopping, which takes the service with it, or a peer silent
 for the heartbeat timeout while this process waits outside a collective) keeps JAX's
-message.
+message: its client aborts from a C++ thread, and the hook it offers for that
+(`missed_heartbeat_callback` of jaxlib's `get_distributed_runtime_client`, jaxlib 0.10)
+cannot call Python: the status it passes fails to convert (`std::bad_cast`, then abort).
 """
 
 from __future__ import annotations

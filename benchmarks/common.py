@@ -98,6 +98,37 @@ def split_questions(source: Path, sizes: list[int], targets: list[Path]) -> list
     ]
 
 
+def split_articles(source: Path, sizes: list[int], targets: list[Path]) -> list[int]:
+    """As `split_questions`, but no article lies in two parts: each part starts with the
+    first article after the one the previous part ended in (the rest of that one is
+    left out), so a model is scored on articles it never saw."""
+    data = json.loads(source.read_text(encoding="utf-8"))
+    subsets, part, count = [[] for _ in sizes], 0, 0
+    for article in data["data"]:
+        if part == len(sizes):
+            break
+        kept = {"title": article["title"], "paragraphs": []}
+        for paragraph in article["paragraphs"]:
+            qas = paragraph["qas"][: sizes[part] - count]
+            if qas:
+                kept["paragraphs"].append({"context": paragraph["context"], "qas": qas})
+                count += len(qas)
+            if count == sizes[part]:
+                break
+        if kept["paragraphs"]:
+            subsets[part].append(kept)
+        if count == sizes[part]:
+            part, count = part + 1, 0
+    for articles, target in zip(subsets, targets, strict=True):
+        target.write_text(
+            json.dumps({"version": data.get("version", "1.1"), "data": articles}), encoding="utf-8"
+        )
+    return [
+        sum(len(paragraph["qas"]) for article in subset for paragraph in article["paragraphs"])
+        for subset in subsets
+    ]
+
+
 def equivalent_doc_stride(files: list[Path], sequence_length: int, overlap: int) -> tuple:
     """bertkit's step between windows equal to HF's `overlap` for the median question."""
     import tensorflow as tf

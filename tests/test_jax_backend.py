@@ -75,7 +75,8 @@ def recipes(folder) -> dict:
         "span_qa": {
             **common,
             "task": {"name": "span_qa", "version": "2.0", "max_query_length": 8, "doc_stride": 8},
-            "training": {"bucket_lengths": [32]},
+            # LoRA on JAX (tests/test_lora.py trains it on TensorFlow)
+            "training": {"bucket_lengths": [32], "lora": {"rank": 2, "alpha": 4}},
             "data": {"train": "train.jsonl", "validation": "dev.jsonl"},
         },
     }, training
@@ -123,6 +124,12 @@ def test_jax_run_is_complete(runs, task):
     assert (run / "report.md").is_file()
     assert (run / "saved_model" / "saved_model.pb").is_file() == (task == "classification")
     assert len(predictions[task]) == len(INPUTS[task])
+    lora = json.loads((run / "model" / "task.json").read_text()).get("lora")
+    assert (
+        (lora is not None) == (task == "span_qa") == (run / "model" / "lora.weights.h5").is_file()
+    )
+    if lora:  # the adapters and the head trained, the backbone's own weights did not
+        assert 0 < lora["trainable_weights"] < lora["weights"] / 5, lora
 
 
 def test_the_saved_model_serves_what_jax_predicted(runs):

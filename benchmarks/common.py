@@ -88,14 +88,7 @@ def split_questions(source: Path, sizes: list[int], targets: list[Path]) -> list
                 if not paragraphs or paragraphs[-1]["context"] != paragraph["context"]:
                     paragraphs.append({"context": paragraph["context"], "qas": []})
                 paragraphs[-1]["qas"].append(qa)
-    for articles, target in zip(subsets, targets, strict=True):
-        target.write_text(
-            json.dumps({"version": data.get("version", "1.1"), "data": articles}), encoding="utf-8"
-        )
-    return [
-        sum(len(paragraph["qas"]) for article in subset for paragraph in article["paragraphs"])
-        for subset in subsets
-    ]
+    return _write_subsets(subsets, targets, data.get("version", "1.1"))
 
 
 def split_articles(source: Path, sizes: list[int], targets: list[Path]) -> list[int]:
@@ -119,10 +112,13 @@ def split_articles(source: Path, sizes: list[int], targets: list[Path]) -> list[
             subsets[part].append(kept)
         if count == sizes[part]:
             part, count = part + 1, 0
+    return _write_subsets(subsets, targets, data.get("version", "1.1"))
+
+
+def _write_subsets(subsets: list, targets: list[Path], version: str) -> list[int]:
+    """Writes each subset (a list of articles) as a SQuAD JSON file; their question counts."""
     for articles, target in zip(subsets, targets, strict=True):
-        target.write_text(
-            json.dumps({"version": data.get("version", "1.1"), "data": articles}), encoding="utf-8"
-        )
+        target.write_text(json.dumps({"version": version, "data": articles}), encoding="utf-8")
     return [
         sum(len(paragraph["qas"]) for article in subset for paragraph in article["paragraphs"])
         for subset in subsets

@@ -255,7 +255,7 @@ def requeue_preempted(trial) -> None:
     study.tell(trial, state=optuna.trial.TrialState.FAIL)
     with quiet_experimental_warnings():
         retry = optuna.storages.RetryHeartbeatStaleTrialCallback()
-    retry(study, study._storage.get_trial(trial._trial_id))
+    retry(study, study.get_trials(deepcopy=False)[trial.number])  # numbers are positions
 
 
 @contextlib.contextmanager

@@ -11,7 +11,8 @@ Rows:
     transformers  `benchmarks/hf_reference.py ner` in `--python` (a venv with torch and
                   transformers): BertForTokenClassification, argmax tags, its last epoch
     bertkit NAME  bertkit with the recipe overrides of the small-data setting NAME (`SETTINGS`;
-                  pick some with `--settings`)
+                  pick some with `--settings`), or of the ablation NAME (`ABLATIONS`: one
+                  default changed to transformers' way, e.g. `random_batches`, `argmax`)
 
 Both are scored by `bertkit_tasks.tagging.conlleval` (entity F1, conlleval's rules) on the dev
 (1,000) and test (3,850) tweets, each system under its own decoding, as in `conll_ner.py`. Per
@@ -63,6 +64,13 @@ SETTINGS = {
         "task.class_weights": "balanced",
     },
 }
+# One of bertkit's defaults changed to transformers' way, at the field's settings: which of
+# them (if any) makes bertkit's default row differ from transformers'.
+ABLATIONS = {
+    "random_batches": {"training.batch_order": "random"},
+    "argmax": {"task.decoding": "argmax"},
+}
+ROWS = {**SETTINGS, **ABLATIONS}
 DATA_KEYS = {"train": "train", "validation": "dev", "test": "test"}  # recipe key: file
 
 
@@ -219,10 +227,8 @@ def chosen_rows(args) -> list[tuple[str, dict | None]]:
     """(row name, bertkit overrides or None for the reference), in the order they run."""
     rows = [] if args.no_defaults else [("bertkit", {}), ("transformers", None)]
     for name in args.settings:  # the longer settings' epochs: --long-epochs
-        longer = (
-            {"training.epochs": args.long_epochs} if "training.epochs" in SETTINGS[name] else {}
-        )
-        rows.append((f"bertkit {name}", {**SETTINGS[name], **longer}))
+        longer = {"training.epochs": args.long_epochs} if "training.epochs" in ROWS[name] else {}
+        rows.append((f"bertkit {name}", {**ROWS[name], **longer}))
     return rows
 
 
@@ -243,9 +249,10 @@ def parse_arguments():
     parser.add_argument(
         "--settings",
         nargs="*",
-        choices=sorted(SETTINGS),
+        choices=sorted(ROWS),
         default=list(SETTINGS),
-        help="the small-data settings to run (default: all); none: --settings with no name",
+        help="the small-data settings and default ablations to run (default: the settings "
+        "only); none: --settings with no name",
     )
     parser.add_argument(
         "--no-defaults",

@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import types
 
@@ -75,7 +76,9 @@ def write_recipe(
 
 def start_worker(recipe):
     return subprocess.Popen(
-        [sys.executable, "-m", "bertkit.cli", "tune", str(recipe), "--heartbeat", "1"],
+        # (a trial is failed when its heartbeat is 6 s old: a live worker on a busy 2-core
+        # test machine can miss 2 s, and then the workers go the way of the stalled-worker test)
+        [sys.executable, "-m", "bertkit.cli", "tune", str(recipe), "--heartbeat", "3"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -130,18 +133,20 @@ def test_workers_together_finish_exactly_the_requested_trials(workers):
     assert len({t.user_attrs["run_dir"] for t in done}) == TRIALS
 
 
+def failed_trials(study):
+    """The failed trials but the surplus ones (a worker stepping back, see tuning)."""
+    return [t for t in study.trials if t.state.name == "FAIL" and not t.user_attrs.get("surplus")]
+
+
 def test_a_trial_killed_with_kill_9_is_failed_and_run_again(workers):
     study, folder, killed_trial, _ = workers
-    (failed,) = [
-        t
-        for t in study.trials
-        if t.state == optuna.trial.TrialState.FAIL and not t.user_attrs.get("surplus")
-    ]  # a worker stepping back, see tuning
-    assert failed.user_attrs["run_dir"] == str(killed_trial)
-    (retry,) = [t for t in complete_trials(study) if t.params == failed.params]
-    assert retry.number > failed.number
-    # the retry continued the killed trial's run from its checkpoint of epoch 1
-    assert retry.user_attrs["run_dir"] == str(killed_trial)
+    failed = failed_trials(study)
+    (killed,) = [t for t in failed if t.user_attrs["run_dir"] == str(killed_trial)]
+    for stopped in failed:  # the killed one, and any whose live worker looked stalled
+        (retry,) = [t for t in complete_trials(study) if t.params == stopped.params]
+        assert retry.number > stopped.number
+        # the retry continued the stopped trial's run (from its checkpoint of epoch 1)
+        assert retry.user_attrs["run_dir"] == stopped.user_attrs["run_dir"]
     assert RunDirectory(killed_trial).status() == "finished"
 
 
@@ -172,7 +177,7 @@ def test_the_report_names_the_best_trial_and_shows_the_plots(workers):
     assert f"`{os.path.basename(run_dir)}/`" in report
     # no saved_model/ in the trials (export.saved_model: false)
     assert f"`bertkit export {run_dir} --out DIR` writes the model to ship" in report
-    assert f"Trials: {TRIALS} complete, 1 fail" in report
+    assert f"Trials: {TRIALS} complete, {len(failed_trials(study))} fail" in report
     for png in ("optimization_history.png", "param_importances.png"):
         assert f"]({png})" in report and (folder / png).stat().st_size > 1000
 
@@ -250,6 +255,69 @@ def test_a_preempted_trial_is_queued_again_and_continues_its_run(files, monkeypa
     assert run.status() == "finished"
     steps = json.loads(run.path.joinpath("steps.json").read_text())["steps"]
     assert [s["step"] for s in steps] == list(range(1, 5))  # 64 rows / 16: steps 3-4 resumed
+
+
+def test_a_trial_failed_elsewhere_while_its_worker_ran_on_is_trained_once(
+    files, monkeypatch, capsys
+):
+    # A worker stalled past the grace period (swapping, a long compile) while its trial
+    # trained: another worker failed the trial and Optuna queued a retry. The stalled worker
+    # finishes, Optuna refuses its result, and the retry takes the finished run's result.
+    recipe = write_recipe(files, "stalled", trials=1, epochs=1)
+    finetune, trained = tuning.Objective._finetune, []
+
+    def finetune_and_be_found_stale(self, trial, values, run):
+        trained.append(str(run.path))
+        pruned_after = finetune(self, trial, values, run)
+        study = trial.study  # what `fail_stale_trials` does in another worker:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        with pytest.warns(optuna.exceptions.ExperimentalWarning):
+            retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
+        retry(study, study.get_trials()[trial.number])
+        return pruned_after
+
+    monkeypatch.setattr(tuning.Objective, "_finetune", finetune_and_be_found_stale)
+    study = tuning.tune(recipe, verbose=0)
+    out = capsys.readouterr().out
+    stalled, retry = study.trials
+    assert (stalled.state.name, retry.state.name) == ("FAIL", "COMPLETE")
+    assert trained == [stalled.user_attrs["run_dir"]] == [retry.user_attrs["run_dir"]]
+    accuracy = json.loads(RunDirectory(trained[0]).metrics_file.read_text())["final"]
+    assert retry.value == accuracy["validation"]["accuracy"]
+    assert (
+        "trial 0: another worker found its heartbeat stale and failed it; the trial queued "
+        "in its place takes this run's result"
+    ) in out
+    assert f"trial 1: taking the result of the stopped run {trained[0]}" in out
+
+
+def test_a_retry_waits_while_the_stopped_run_is_still_in_use(tmp_path, capsys):
+    from bertkit.tuning.retries import stopped_run
+
+    run = RunDirectory(tmp_path / "trial-0000")
+    run.prepare("schema: 1\n", overwrite=False)
+    retry = types.SimpleNamespace(number=1, user_attrs={"run_dir": str(run.path)})
+    held, release = threading.Event(), threading.Event()
+
+    def stalled_worker():
+        with run.lock():
+            held.set()
+            release.wait(10)
+
+    worker = threading.Thread(target=stalled_worker)
+    worker.start()
+    held.wait(10)
+    threading.Timer(0.5, release.set).start()
+    started = time.monotonic()
+    assert stopped_run(retry, poll_seconds=0.05).path == run.path
+    assert time.monotonic() - started >= 0.4
+    worker.join()
+    out = capsys.readouterr().out
+    assert (
+        f"the stopped run {run.path} is still in use by bertkit finetune (pid {os.getpid()}" in out
+    )
+    assert f"trial 1: continuing the stopped run {run.path}" in out
+    assert stopped_run(types.SimpleNamespace(number=2, user_attrs={})) is None
 
 
 def test_a_trial_started_beyond_the_requested_number_steps_back(files, tmp_path):

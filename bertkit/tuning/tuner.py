@@ -10,8 +10,9 @@ the study folder by default, or any RDB URL (PostgreSQL) shared by workers on se
 machines. Any number of processes may call `tune` on one storage: together they finish the
 requested number of trials. Workers send heartbeats (every `heartbeat_seconds`), so a trial
 whose worker was killed (a kill -9 included) is failed once its heartbeat is older than twice
-that, and continued from its last checkpoint by the next worker (at once after a SIGTERM):
-an interrupted search resumes when `tune` is called again.
+that, and continued from its last checkpoint by the next worker (at once after a SIGTERM;
+a worker that was only stalled: see `bertkit.tuning.retries`): an interrupted search
+resumes when `tune` is called again.
 
 Layout of the study folder (default `<output_dir>.study/`)::
 
@@ -56,9 +57,10 @@ from pathlib import Path
 
 from bertkit.errors import UserError
 from bertkit.recipes.recipe import Recipe, check_inputs, load_recipe
-from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json
+from bertkit.run_dir import FINISHED, RunDirectory, read_json
 from bertkit.task import Task
 from bertkit.training.preemption import Preempted
+from bertkit.tuning import retries
 from bertkit.tuning.study import (
     StudyPlace,
     open_study,
@@ -218,7 +220,10 @@ def run_trials(
                 waiting_said = True
             time.sleep(poll_seconds)
             continue
-        study.optimize(objective, n_trials=1, catch=(UserError,))
+        try:
+            study.optimize(objective, n_trials=1, catch=(UserError,))
+        except retries.FailedElsewhere as stale:
+            print(stale, flush=True)
         failures_in_a_row = failures_in_a_row + 1 if objective.last_error else 0
         if failures_in_a_row >= 3:
             raise UserError(f"3 trials in a row failed; the last: {objective.last_error}")
@@ -277,12 +282,16 @@ class Objective:
         import optuna
 
         values = self.space.suggest(trial)
-        run = self._run_directory(trial)
+        stopped = retries.stopped_run(trial)
+        run = stopped or RunDirectory(self.folder / f"trial-{trial.number:04d}")
         trial.set_user_attr("run_dir", str(run.path))
         trial.set_user_attr("worker", f"{os.uname().nodename}:{os.getpid()}")
         print(f"trial {trial.number}: {_shown(values)}", flush=True)
-        pruned_after = self._finetune(trial, values, run)
+        finished, pruned_after = retries.finished_result(stopped)
+        if not finished:
+            pruned_after = self._finetune(trial, values, run)
         value = self._final_value(run)
+        retries.check_still_running(trial)
         if pruned_after is not None:
             run.set_status(FINISHED, pruned_after_epoch=pruned_after)
             print(
@@ -293,15 +302,6 @@ class Objective:
             raise optuna.TrialPruned(f"pruned after epoch {pruned_after}")
         print(f"trial {trial.number}: {self.monitor} {value:.4f}", flush=True)
         return value
-
-    def _run_directory(self, trial) -> RunDirectory:
-        """A new `trial-NNNN/`; for a trial that runs a stopped one again (its worker
-        preempted or killed), the stopped trial's run, which `finetune` then resumes."""
-        stopped = trial.user_attrs.get("run_dir")  # a retry carries the stopped one's
-        if stopped and RunDirectory(stopped).status() == RUNNING:
-            print(f"trial {trial.number}: continuing the stopped run {stopped}", flush=True)
-            return RunDirectory(stopped)
-        return RunDirectory(self.folder / f"trial-{trial.number:04d}")
 
     def _finetune(self, trial, values: dict, run: RunDirectory) -> int | None:
         """Fine-tunes the trial's recipe; the epoch after which it was pruned, if it was."""

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,6 +53,8 @@ def audit(event, args):
         os.write(log, f"{event} {path}\n".encode())
 
 sys.addaudithook(audit)
+from tests.signal_at_step import install_from_environment  # (SIGTERM before a step)
+install_from_environment()
 sys.argv[0] = "bertkit"
 from bertkit.cli import run
 run()
@@ -72,7 +75,10 @@ class Job:
         self.run_dir = folder / name
         self.started = []
 
-    def start(self) -> "Job":
+    def start(self, sigterm_at: tuple[int, int] | None = None, sigterm_to: int = 1) -> "Job":
+        """Starts the job's processes; `sigterm_at` (epoch, step), 0-based: process
+        `sigterm_to` sends itself SIGTERM before that step, and every process pauses there
+        (see tests/signal_at_step.py)."""
         port = free_port()
         env = {
             **os.environ,
@@ -81,6 +87,7 @@ class Job:
             # compiled programs are shared: a restarted job does not compile again
             "JAX_COMPILATION_CACHE_DIR": str(self.folder / "compiled"),
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "PYTHONPATH": str(Path(__file__).parents[1]),  # for tests.signal_at_step
         }
         self.started = []
         for process in range(self.processes):
@@ -110,11 +117,17 @@ class Job:
                     "--heartbeat-timeout",
                     str(HEARTBEAT_TIMEOUT),
                 ]
+            signalled = {
+                "BERTKIT_TEST_SIGNAL": ",".join(
+                    ["SIGTERM" if process == sigterm_to else "PAUSE", *map(str, sigterm_at or ())]
+                ),
+                "BERTKIT_TEST_RENDEZVOUS": str(self.folder / f"{self.name}.signalled"),
+            }
             self.started.append(
                 subprocess.Popen(
                     command,
                     cwd=self.folder,
-                    env=env,
+                    env={**env, **signalled} if sigterm_at else env,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     text=True,
@@ -188,9 +201,10 @@ def jobs(tmp_path_factory):
     two = Job(folder, "two_processes", 2).start()
     killed = Job(folder, "killed", 2).start()
     exit_seconds, survivors = kill_after_first_checkpoint(killed, victim=1)
-    interrupted = json.loads(
-        (killed.run_dir / "checkpoint" / "training_metadata.json").read_text()
-    )["epoch"]
+    interrupted = committed_position(killed)[0]
+    # resumed, then preempted: SIGTERM to process 1 alone, before step 3 of epoch 2
+    preempted = killed.start(sigterm_at=(1, 2)).wait()
+    preempted_at = committed_position(killed)
     restarted = killed.start().wait()
     return {
         "one": (one, one.wait()),
@@ -199,8 +213,16 @@ def jobs(tmp_path_factory):
         "exit_seconds": exit_seconds,
         "survivors": survivors,
         "interrupted_after": interrupted,
+        "preempted": preempted,
+        "preempted_at": preempted_at,
         "restarted": restarted,
     }
+
+
+def committed_position(job: Job) -> tuple[int, int]:
+    """(epoch, step) of the job's last checkpoint: `step` steps of epoch `epoch` (0-based)."""
+    committed = json.loads((job.run_dir / "checkpoint" / "training_metadata.json").read_text())
+    return committed["epoch"], committed.get("step", 0)
 
 
 def metrics(job: Job) -> dict:
@@ -272,8 +294,7 @@ def test_a_killed_process_ends_the_job_and_the_restart_resumes(jobs):
     ], err[-3000:]
     assert jobs["exit_seconds"] < HEARTBEAT_TIMEOUT
     killed = jobs["killed"]
-    for code, _, err in jobs["restarted"]:
-        assert code == 0, err[-3000:]
+    for _, _, err in jobs["preempted"]:
         assert f"resuming {killed.run_dir} after epoch {jobs['interrupted_after']}" in err
     assert jobs["interrupted_after"] >= 1
     resumed = metrics(killed)
@@ -283,6 +304,27 @@ def test_a_killed_process_ends_the_job_and_the_restart_resumes(jobs):
     for a, b in zip(uninterrupted["epochs"], resumed["epochs"], strict=True):
         np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4)
     assert resumed["final"]["validation"] == pytest.approx(uninterrupted["final"]["validation"])
+
+
+def test_sigterm_stops_every_process_after_one_step_and_the_restart_resumes_there(jobs):
+    # SIGTERM reached process 1 alone, before step 3 of epoch 2: JAX's preemption service
+    # told process 0, and both stopped before that step (held there until the notice was
+    # out, see tests/signal_at_step.py), which process 0 saved.
+    killed = jobs["killed"]
+    epoch, step = jobs["preempted_at"]
+    print(f"SIGTERM before epoch 2 step 3: both processes stopped at epoch {epoch + 1} step {step}")
+    assert (epoch, step) == (1, 2)  # before the step the signal came before
+    stopped = (
+        f"bertkit: stopped by SIGTERM at epoch {epoch + 1} step {step}; run the same command "
+        "again to resume"
+    )
+    for code, _, err in jobs["preempted"]:
+        assert code == 143, err[-3000:]
+        assert stopped in err.splitlines() and "Traceback" not in err, err[-3000:]
+    for code, _, err in jobs["restarted"]:
+        assert code == 0, err[-3000:]
+        assert f"resuming {killed.run_dir} at epoch {epoch + 1} step {step}" in err
+    # ... and ended as the uninterrupted job (test_a_killed_process_ends_...'s comparison)
 
 
 GLOO_ERROR = (

@@ -1,7 +1,8 @@
 """A run killed mid-epoch resumes from its last checkpoint and ends as an uninterrupted run.
 
-The runs here checkpoint every 25 steps too (`training.checkpoint_every_steps`): the kill
-comes after a step checkpoint of epoch 2, and the resumed run starts in the middle of it.
+The runs here checkpoint every 5 steps too (`training.checkpoint_every_steps`): the kill
+(the run's own, before a chosen step: tests/signal_at_step.py) comes after a step
+checkpoint of epoch 2, and the resumed run starts in the middle of it.
 SIGTERM: tests/test_preemption.py.
 """
 
@@ -10,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -38,13 +38,20 @@ def write_recipe(tmp_path, output, **training):
     return path
 
 
-def finetune(recipe, **popen):
+SIGNAL_AT_STEP = Path(__file__).with_name("signal_at_step.py")
+
+
+def finetune(recipe, kill_at: tuple[int, int] | None = None, env=None):
+    """`bertkit finetune recipe`, killed (-9) before step `kill_at` (epoch, step; 0-based)."""
+    env = dict(env or os.environ)
+    if kill_at:
+        env["BERTKIT_TEST_SIGNAL"] = "SIGKILL,{},{}".format(*kill_at)
     return subprocess.Popen(
-        [sys.executable, "-m", "bertkit.cli", "finetune", str(recipe)],
+        [sys.executable, str(SIGNAL_AT_STEP), "finetune", str(recipe)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        **popen,
+        env=env,
     )
 
 
@@ -59,35 +66,24 @@ def test_kill_9_mid_epoch_then_resume_on_jax(tmp_path):
     kill_9_mid_epoch_then_resume(tmp_path, env={**os.environ, "KERAS_BACKEND": "jax"})
 
 
-def kill_9_mid_epoch_then_resume(tmp_path, training=None, **popen):
-    training = {"checkpoint_every_steps": 25, **(training or {})}
+def kill_9_mid_epoch_then_resume(tmp_path, training=None, env=None):
+    # 15 steps an epoch (60 rows, batches of 4), a checkpoint every 5: killed before step
+    # 13 of epoch 2, the run resumes after its step 10 and does steps 11-13 again
+    training = {"checkpoint_every_steps": 5, **(training or {})}
     write_tiny_checkpoint(tmp_path / "ckpt")
-    write_sentiment_tsv(tmp_path / "train.tsv", 600, seed=0)
+    write_sentiment_tsv(tmp_path / "train.tsv", 60, seed=0)
     write_sentiment_tsv(tmp_path / "dev.tsv", 40, seed=1)
-    reference = finetune(write_recipe(tmp_path, "uninterrupted", **training), **popen)
+    reference = finetune(write_recipe(tmp_path, "uninterrupted", **training), env=env)
 
     interrupted_recipe = write_recipe(tmp_path, "interrupted", **training)
-    process = finetune(interrupted_recipe, **popen)
-    # wait for the commit of a step checkpoint of epoch 2 (150 steps an epoch)
-    committed = tmp_path / "interrupted" / "checkpoint" / "training_metadata.json"
-    deadline = time.time() + 240
-    while time.time() < deadline and process.poll() is None:
-        if (
-            committed.exists()
-            and json.loads(committed.read_text())["epoch"] >= 1
-            and json.loads(committed.read_text())["step"] > 0
-        ):
-            break
-        time.sleep(0.05)
-    assert process.poll() is None, "the run ended before it could be interrupted"
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
+    killed = finetune(interrupted_recipe, kill_at=(1, 12), env=env)
+    assert killed.wait(timeout=240) == -signal.SIGKILL, killed.stderr.read()[-3000:]
     status = json.loads((tmp_path / "interrupted" / "run.json").read_text())["status"]
     assert status == "running"
 
-    resumed = finetune(interrupted_recipe, **popen)
+    resumed = finetune(interrupted_recipe, env=env)
     assert resumed.wait(timeout=240) == 0, resumed.stderr.read()
-    assert " at epoch 2 step " in resumed.stderr.read()  # "resuming RUN at epoch 2 step 20"
+    assert "resuming" in (err := resumed.stderr.read()) and " at epoch 2 step 10" in err, err
     assert reference.wait(timeout=240) == 0
 
     def final(name):

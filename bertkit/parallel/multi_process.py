@@ -27,6 +27,8 @@ by XLA across processes: on CPU through gloo, JAX's default CPU collectives.
   status 2, where a collective broke: see `bertkit.parallel.failures`). Running
   the same commands again resumes from process 0's last checkpoint. A process
   that never comes ends the others' start-up after `startup_timeout` seconds.
+- **Preemption.** A SIGTERM to any process stops them all after the same step, saved
+  for the resume (`bertkit.training.preemption.JobSigtermWatch`).
 """
 
 from __future__ import annotations

@@ -109,7 +109,9 @@ class RunCheckpoint(keras.callbacks.Callback):
         here = (self.epoch, batch)
         if batch and here != self._saved_at and self._due(batch):
             self._save(*here)
-        if self.sigterm is not None and self.sigterm.requested:
+        if self.sigterm is not None and self.sigterm.stop_at(
+            self.epoch * self.params["steps"] + batch
+        ):
             if here != self._saved_at:
                 self._save(*here)
             if here == (0, 0):

@@ -84,6 +84,11 @@ class SigtermWatch:
         finally:
             self.where = "after training"
 
+    def stop_at(self, step: int) -> bool:
+        """Whether training stops before step `step` (0-based, counted over the run's epochs):
+        SIGTERM came."""
+        return self.requested
+
     def stop_if_requested(self) -> None:
         """`Preempted` if SIGTERM came during the last epoch's end (its evaluation): called
         once the run is recorded trained, so the next call goes on from there."""
@@ -91,13 +96,37 @@ class SigtermWatch:
             raise Preempted(where="after training")
 
 
+class JobSigtermWatch(SigtermWatch):
+    """SIGTERM in a job of several processes (JAX): all of them stop after the same step.
+
+    Stopping where the signal comes would leave each process at another step, waiting for
+    the others in a collective. JAX's preemption service (its SIGTERM handler, installed by
+    `jax.distributed.initialize`) tells every process of a SIGTERM any of them got, and
+    `reached_preemption_sync_point`, asked at every step, is true in all of them at the
+    same step: the first one after the last any of them had reached. Process 0 saves that
+    step; every process raises `Preempted`. Outside training a SIGTERM is only noted, and
+    the run goes on (to its end, or to the scheduler's SIGKILL).
+    """
+
+    def stop_at(self, step: int) -> bool:
+        from jax.experimental import multihost_utils
+
+        if not self.requested and multihost_utils.reached_preemption_sync_point(step):
+            self.requested = True
+        return self.requested
+
+
 @contextlib.contextmanager
-def watching_sigterm(enabled: bool = True):
+def watching_sigterm(processes: int = 1):
     """A `SigtermWatch` handling SIGTERM while the block runs; the handler before it comes
-    back after. Python lets the main thread alone set handlers: elsewhere (and with
-    `enabled=False`) the watch is made but not installed, and SIGTERM does what it did."""
+    back after. Python lets the main thread alone set handlers: elsewhere the watch is made
+    but not installed, and SIGTERM does what it did. In a job of several `processes`, a
+    `JobSigtermWatch` (JAX's handler stays)."""
+    if processes > 1:
+        yield JobSigtermWatch()
+        return
     watch = SigtermWatch()
-    if not enabled or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         yield watch
         return
     previous = signal.signal(signal.SIGTERM, watch)

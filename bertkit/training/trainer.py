@@ -219,9 +219,9 @@ class _Trainer:
         from bertkit.training.preemption import watching_sigterm
 
         policy = keras.config.dtype_policy()
-        # SIGTERM saves the step and stops (`Preempted`); in one process alone: the
-        # processes of a job would each stop at another step
-        sigterm = watching_sigterm(enabled=process_count() == 1)
+        # SIGTERM saves the step and stops (`Preempted`); in a job of several processes,
+        # all of them after the same step
+        sigterm = watching_sigterm(processes=process_count())
         try:
             if self.recipe.training.mixed_precision:
                 keras.config.set_dtype_policy(f"mixed_{self.recipe.training.mixed_precision}")

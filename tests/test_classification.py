@@ -39,25 +39,34 @@ def recipe(tmp_path, **data):
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def contract(tmp_path_factory):
+    """The task's contract test, whose run (4 epochs on 240 rows, a validation split) the
+    other tests here read: one training and export for all."""
     tmp_path = tmp_path_factory.mktemp("classification")
-    write_tiny_checkpoint(tmp_path / "ckpt")
     write_sentiment_tsv(tmp_path / "train.tsv", 240, seed=0)
     write_sentiment_tsv(tmp_path / "dev.tsv", 60, seed=1)
-    model = bertkit.finetune(recipe(tmp_path), output_dir=tmp_path / "run", verbose=0)
-    return tmp_path, model
-
-
-def test_passes_the_contract_test(tmp_path):
-    train = write_sentiment_tsv(tmp_path / "train.tsv", 48)
-    run_task_contract_test(
+    return tmp_path, run_task_contract_test(
         "classification",
-        train,
-        data={"text": "sentence"},
+        tmp_path / "train.tsv",
+        data={"text": "sentence", "validation": str(tmp_path / "dev.tsv")},
+        training={"epochs": 4, "batch_size": 16},
+        sequence_length=48,
         directory=tmp_path,
-        inputs=TEXTS[:2],
+        inputs=TEXTS,
         bad_input={"label": 1},
     )
+
+
+@pytest.fixture(scope="module")
+def run(contract):
+    """(its folder, the trained model's predictions of `TEXTS`)."""
+    tmp_path, result = contract
+    return tmp_path, result["predictions"]
+
+
+def test_passes_the_contract_test(contract):
+    _, result = contract
+    assert [p["label"] for p in result["predictions"]] == ["positive", "negative"] * 2
 
 
 def test_learns_and_writes_the_run_directory(run):
@@ -109,16 +118,15 @@ def test_loaded_model_predicts_like_the_trained_one(run):
     tmp_path, trained = run
     loaded = bertkit.load(tmp_path / "run")
     predictions = loaded.predict(TEXTS)
-    assert [p["label"] for p in predictions] == [p["label"] for p in trained.predict(TEXTS)]
+    assert [p["label"] for p in predictions] == [p["label"] for p in trained]
     assert [p["label"] for p in predictions] == ["positive", "negative", "positive", "negative"]
     assert all(abs(sum(p["probabilities"].values()) - 1) < 1e-6 for p in predictions)
     assert loaded.evaluate()["accuracy"] >= 0.8
 
 
-def test_saved_model_in_a_fresh_process_matches_predict(run):
-    tmp_path, trained = run
-    served = serve_in_fresh_process(tmp_path / "run" / "saved_model", {"text": TEXTS})
-    expected = trained.predict(TEXTS)
+def test_saved_model_in_a_fresh_process_matches_predict(contract):
+    _, result = contract  # the contract test served `TEXTS` in a fresh process
+    served, expected = result["served"], result["predictions"]
     assert served["label"] == [p["label"] for p in expected]
     np.testing.assert_allclose(
         served["probabilities"], [list(p["probabilities"].values()) for p in expected], atol=1e-5

@@ -18,7 +18,6 @@ from bertkit.testing import (
     run_task_contract_test,
     serve_in_fresh_process,
     tiny_vocabulary,
-    write_tiny_checkpoint,
 )
 from bertkit_tasks.tagging import TaggingData, TaggingOptions, TaggingTask
 from bertkit_tasks.tagging.preprocessor import TaggingPreprocessor
@@ -64,27 +63,52 @@ def write_conll(path, count: int, seed: int) -> None:
     path.write_text("\n".join(lines))
 
 
+def same_entities(predictions, served):
+    """The contract test's comparison: the SavedModel's entities are `predict`'s."""
+    for i, prediction in enumerate(predictions):
+        got = [
+            (
+                served["entity_type"][i][j],
+                served["entity_text"][i][j],
+                served["entity_start"][i][j],
+                served["entity_end"][i][j],
+            )
+            for j in range(served["entity_count"][i])
+        ]
+        assert got == [(e["type"], e["text"], e["start"], e["end"]) for e in prediction["entities"]]
+    assert any(prediction["entities"] for prediction in predictions)
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def contract(tmp_path_factory):
+    """The task's contract test, whose run (learned from IOB1 data, windows of stride 10,
+    a validation split) the other tests here read: one training and export for all."""
     tmp = tmp_path_factory.mktemp("tagging")
     write_conll(tmp / "train.txt", 200, seed=0)
     write_conll(tmp / "dev.txt", 40, seed=1)
-    recipe = {
-        "schema": 1,
-        "task": {"name": "tagging", "window_stride": 10},
-        "backbone": {
-            "preset": str(write_tiny_checkpoint(tmp / "ckpt")),
-            "sequence_length": SEQUENCE_LENGTH,
-        },
-        "data": {
-            "train": str(tmp / "train.txt"),
-            "validation": str(tmp / "dev.txt"),
-            "scheme": "iob1",
-        },
-        "training": {"epochs": 5, "batch_size": 16, "learning_rate": 3e-3},
-    }
-    bertkit.finetune(recipe, output_dir=tmp / "run", verbose=0)
+    return tmp, run_task_contract_test(
+        "tagging",
+        tmp / "train.txt",
+        task_options={"window_stride": 10},
+        data={"validation": str(tmp / "dev.txt"), "scheme": "iob1"},
+        training={"epochs": 5, "batch_size": 16},
+        sequence_length=SEQUENCE_LENGTH,
+        directory=tmp,
+        compare=same_entities,
+        bad_input=7,
+        inputs=["Mr Smith visited Paris.", "mr ann in rome and acme corp"],
+    )
+
+
+@pytest.fixture(scope="module")
+def run(contract):
+    tmp, _ = contract
     return tmp, bertkit.load(tmp / "run")
+
+
+def test_passes_the_contract_test(contract):
+    _, result = contract
+    assert "read_at" in result["preprocessor"]  # featurize's and serve's windows agree
 
 
 def test_report_has_per_type_scores_and_the_wrong_entities(run):
@@ -119,37 +143,6 @@ def test_learns_iob1_data_converted_to_iob2(run):
     (tmp / "bad.txt").write_text("John NN I-PER\nlives NN E-PER\n")
     with pytest.raises(UserError, match=r"bad.txt:2: word 2: 'E-PER' does not belong"):
         model.task.read(str(tmp / "bad.txt"))
-
-
-def test_passes_the_contract_test(tmp_path):
-    def same_entities(predictions, served):
-        for i, prediction in enumerate(predictions):
-            got = [
-                (
-                    served["entity_type"][i][j],
-                    served["entity_text"][i][j],
-                    served["entity_start"][i][j],
-                    served["entity_end"][i][j],
-                )
-                for j in range(served["entity_count"][i])
-            ]
-            assert got == [
-                (e["type"], e["text"], e["start"], e["end"]) for e in prediction["entities"]
-            ]
-        assert any(prediction["entities"] for prediction in predictions)
-
-    write_conll(tmp_path / "train.txt", 120, seed=0)
-    result = run_task_contract_test(
-        "tagging",
-        tmp_path / "train.txt",
-        data={"scheme": "iob1"},
-        training={"epochs": 6, "batch_size": 16},
-        directory=tmp_path,
-        compare=same_entities,
-        bad_input=7,
-        inputs=["Mr Smith visited Paris.", "mr ann in rome and acme corp"],
-    )
-    assert "read_at" in result["preprocessor"]  # featurize's and serve's windows agree
 
 
 def test_long_sentence_is_windowed_and_no_word_dropped(run):

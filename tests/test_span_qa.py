@@ -17,7 +17,6 @@ from bertkit.testing import (
     run_task_contract_test,
     serve_in_fresh_process,
     tiny_vocabulary,
-    write_tiny_checkpoint,
 )
 from bertkit_tasks.span_qa import SpanQAOptions, SpanQATask
 from bertkit_tasks.span_qa.span_decoding import answer_tokens
@@ -122,45 +121,37 @@ def test_recipes_load(name):
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def contract(tmp_path_factory):
+    """The task's contract test, whose run (SQuAD 2.0 style, 3 epochs, a validation split)
+    the other tests here read: one training and export for all."""
     folder = tmp_path_factory.mktemp("span_qa")
-    recipe = {
-        "schema": 1,
-        "task": {"name": "span_qa", "version": "2.0", "max_query_length": 8, "doc_stride": 8},
-        "backbone": {
-            "preset": str(write_tiny_checkpoint(folder / "ckpt")),
-            "sequence_length": SEQUENCE_LENGTH,
-        },
-        "data": {
-            "train": str(write_lines(folder / "train.jsonl", qa_lines(240, seed=1))),
-            "validation": str(write_lines(folder / "dev.jsonl", qa_lines(60, seed=2))),
-        },
-        "training": {
-            "epochs": 3,
-            "batch_size": 16,
-            "learning_rate": 3e-3,
-            "warmup_ratio": 0.0,
-            "bucket_lengths": [SEQUENCE_LENGTH],
-        },  # one shape: one trace
-    }
-    bertkit.finetune(recipe, output_dir=folder / "run", verbose=0)
-    return folder
-
-
-def test_passes_the_contract_test(tmp_path):
-    train = write_lines(tmp_path / "train.jsonl", qa_lines(48, seed=3))
     contexts = [line["context"] for line in qa_lines(2, seed=4)]
-    result = run_task_contract_test(
+    return folder, run_task_contract_test(
         "span_qa",
-        train,
-        directory=tmp_path,
+        write_lines(folder / "train.jsonl", qa_lines(240, seed=1)),
+        directory=folder,
         sequence_length=SEQUENCE_LENGTH,
         task_options={"version": "2.0", "max_query_length": 8, "doc_stride": 8},
-        training={"bucket_lengths": [SEQUENCE_LENGTH]},
+        data={"validation": str(write_lines(folder / "dev.jsonl", qa_lines(60, seed=2)))},
+        training={
+            "epochs": 3,
+            "batch_size": 16,
+            "warmup_ratio": 0.0,
+            "bucket_lengths": [SEQUENCE_LENGTH],  # one shape: one trace
+        },
         inputs=[{"question": QUESTION, "context": context} for context in contexts],
         serving_inputs={"question": [QUESTION] * 2, "context": contexts},
         bad_input={"question": QUESTION},
     )
+
+
+@pytest.fixture(scope="module")
+def run(contract):
+    return contract[0]
+
+
+def test_passes_the_contract_test(contract):
+    _, result = contract
     assert {"starts_ok", "ends_ok"} <= set(result["preprocessor"])
 
 

@@ -825,28 +825,16 @@ def line_within(stream, seconds):
     return stream.readline()
 
 
-def test_predict_answers_each_line_as_it_arrives(finished):
-    # `tail -f log | bertkit predict RUN`: stdin stays open, each line is answered.
+def test_predict_answers_each_line_as_it_arrives_and_exits_quietly_into_a_closed_pipe(finished):
+    # `tail -f log | bertkit predict RUN | head -2`: stdin stays open, each line is
+    # answered as it comes; then the reader leaves. (One process: each start loads TensorFlow.)
     process = start_predict(finished / "run")
-    try:
-        for text in ("a good film", "a dull film"):
-            process.stdin.write(text + "\n")
-            process.stdin.flush()
-            assert "label" in json.loads(line_within(process.stdout, 120))
-    finally:
-        process.stdin.close()
-        process.wait(60)
-    assert process.returncode == 0 and process.stdout.read() == ""
-
-
-def test_predict_into_a_closed_pipe_exits_quietly(finished):
-    # `bertkit predict RUN | head -1`: the reader leaves after one line.
-    process = start_predict(finished / "run")
-    process.stdin.write("a good film\n")
-    process.stdin.flush()
-    line_within(process.stdout, 120)
+    for text in ("a good film", "a dull film"):
+        process.stdin.write(text + "\n")
+        process.stdin.flush()
+        assert "label" in json.loads(line_within(process.stdout, 120))
     process.stdout.close()
-    process.stdin.write("a dull film\n")
+    process.stdin.write("a fine film\n")
     process.stdin.close()
     assert process.wait(60) == 141
     assert process.stderr.read() == ""

@@ -307,12 +307,14 @@ def train(model, rows, collator, args, after_epoch=None) -> dict:
     total_steps = args.epochs * len(loader)
     optimizer, schedule = make_optimizer(model, args, total_steps)
     model.train()
-    padded_tokens, eval_seconds = 0, 0.0
+    padded_tokens, eval_seconds, epoch_losses = 0, 0.0, []
     started = time.perf_counter()
     for epoch in range(args.epochs):
+        epoch_losses.append(0.0)
         for step, batch in enumerate(loader):
             padded_tokens += batch["input_ids"].numel()
             loss = train_step(model, batch, optimizer, schedule, args.max_grad_norm)
+            epoch_losses[-1] += loss.item() / len(loader)  # the mean, as Keras logs `loss`
             if step % 50 == 0:
                 print(
                     f"epoch {epoch + 1} step {step}/{len(loader)} loss {loss.item():.4f} "
@@ -334,6 +336,7 @@ def train(model, rows, collator, args, after_epoch=None) -> dict:
         "steps": total_steps,
         "tokens_trained": sum(len(r["input_ids"]) for r in rows) * args.epochs,
         "padded_tokens_trained": padded_tokens,
+        "epoch_losses": epoch_losses,
     }
 
 

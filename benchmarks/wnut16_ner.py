@@ -136,6 +136,7 @@ def run_bertkit_row(recipe: dict, workdir: Path, types: list[str]) -> dict:
         "macro_f1": test["macro_f1"],
         "per_type": test["per_type"],
         "epochs_trained": len(metrics["epochs"]),
+        "epoch_losses": [epoch["loss"] for epoch in metrics["epochs"]],
         **result,
     }
 
@@ -163,6 +164,7 @@ def run_reference_row(args, seed: int, files: dict, gold: dict, workdir: Path, t
         "macro_f1": test["macro_f1"],
         "per_type": test["per_type"],
         "epochs_trained": args.epochs,
+        "epoch_losses": reference.get("epoch_losses"),  # training loss, mean over each epoch
         **{key: reference[key] for key in ("wall_seconds", "other_cores_busy") if key in reference},
     }
 

@@ -10,6 +10,7 @@ cover those), and each job is a few seconds of training.
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -88,6 +89,7 @@ class Job:
             "JAX_COMPILATION_CACHE_DIR": str(self.folder / "compiled"),
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
             "PYTHONPATH": str(Path(__file__).parents[1]),  # for tests.signal_at_step
+            "TMPDIR": str(self.folder),  # the processes' JAX logs (bertkit.parallel.supervisor)
         }
         self.started = []
         for process in range(self.processes):
@@ -200,7 +202,9 @@ def jobs(tmp_path_factory):
     one = Job(folder, "one_process", 1).start()
     two = Job(folder, "two_processes", 2).start()
     killed = Job(folder, "killed", 2).start()
+    coordinator_killed = Job(folder, "coordinator_killed", 2).start()
     exit_seconds, survivors = kill_after_first_checkpoint(killed, victim=1)
+    _, coordinator_survivors = kill_after_first_checkpoint(coordinator_killed, victim=0)
     interrupted = committed_position(killed)[0]
     # resumed, then preempted: SIGTERM to process 1 alone, before step 3 of epoch 2
     preempted = killed.start(sigterm_at=(1, 2)).wait()
@@ -212,6 +216,7 @@ def jobs(tmp_path_factory):
         "killed": killed,
         "exit_seconds": exit_seconds,
         "survivors": survivors,
+        "coordinator_survivors": coordinator_survivors,
         "interrupted_after": interrupted,
         "preempted": preempted,
         "preempted_at": preempted_at,
@@ -325,6 +330,16 @@ def test_sigterm_stops_every_process_after_one_step_and_the_restart_resumes_ther
         assert code == 0, err[-3000:]
         assert f"resuming {killed.run_dir} at epoch {epoch + 1} step {step}" in err
     # ... and ended as the uninterrupted job (test_a_killed_process_ends_...'s comparison)
+
+
+def test_a_killed_process_0_ends_the_others_in_one_line_too(jobs):
+    # Process 0 runs JAX's coordination service: with it gone, JAX aborts the others from a
+    # C++ thread unless a broken collective ends them first (bertkit.parallel.supervisor).
+    ((code, err),) = jobs["coordinator_survivors"]
+    assert code == 2, err[-3000:]
+    assert "Traceback" not in err and not re.search(r"^[IWEF]\d{4} ", err, re.M), err[-3000:]
+    (line,) = [line for line in err.splitlines() if "error" in line.lower()]
+    assert line.startswith("bertkit: error: ") and "run the same command on every process" in line
 
 
 GLOO_ERROR = (

@@ -40,6 +40,10 @@ def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     args = _parse(argv)
     try:
+        if argv is None and _runs_a_job_process(args):  # the command line, not a test's call
+            from bertkit.parallel.supervisor import supervise
+
+            return supervise()
         if getattr(args, "needs_model", False):
             _import_tensorflow_quietly()
         return args.run(args) or 0
@@ -103,6 +107,17 @@ def _parse(argv) -> argparse.Namespace:
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")  # as parse_args says it
     return args
+
+
+def _runs_a_job_process(args) -> bool:
+    """Whether this command is one process of a multi-process job, not yet run as the child
+    that `bertkit.parallel.supervisor` starts."""
+    from bertkit.parallel.multi_process import job_requested
+    from bertkit.parallel.supervisor import supervised
+
+    if not hasattr(args, "num_processes") or supervised():
+        return False
+    return job_requested(args.coordinator, args.num_processes, args.process_id)
 
 
 def run() -> None:

@@ -26,7 +26,9 @@ by XLA across processes: on CPU through gloo, JAX's default CPU collectives.
   heartbeat: they end with an error instead of waiting forever (one line, exit
   status 2, where a collective broke: see `bertkit.parallel.failures`). Running
   the same commands again resumes from process 0's last checkpoint. A process
-  that never comes ends the others' start-up after `startup_timeout` seconds.
+  that never comes ends the others' start-up after `startup_timeout` seconds. Where JAX
+  ends a process itself (process 0 gone), its parent says so in one line
+  (`bertkit.parallel.supervisor`).
 - **Preemption.** A SIGTERM to any process stops them all after the same step, saved
   for the resume (`bertkit.training.preemption.JobSigtermWatch`).
 """
@@ -40,6 +42,7 @@ import sys
 
 from bertkit.errors import UserError
 from bertkit.parallel.failures import end_process, exit_after, peer_gone, peer_stopped
+from bertkit.parallel.supervisor import split_child_stderr, supervised
 
 DEFAULT_HEARTBEAT_TIMEOUT = 60  # seconds; JAX's default (100) leaves a stalled job longer
 SHUTDOWN_TIMEOUT = 600  # seconds the others wait at exit while process 0 exports
@@ -79,8 +82,16 @@ def start_processes(
         return False
     if keras.backend.backend() != "jax":
         raise_tensorflow_multi_worker_error("--num-processes")
+    if supervised():
+        split_child_stderr()
     _join_jax_job(*settings, heartbeat_timeout, startup_timeout or _startup_timeout_variable())
     return True
+
+
+def job_requested(coordinator=None, num_processes=None, process_id=None) -> bool:
+    """Whether the options and `KERAS_DISTRIBUTION_*` variables ask for a job of several
+    processes (a `UserError` naming the option where they are inconsistent)."""
+    return _settings(coordinator, num_processes, process_id) is not None
 
 
 def _join_jax_job(

@@ -29,17 +29,18 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def start(mode: str) -> subprocess.Popen:
+def start(mode: str, folder) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", SCRIPT, mode],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "TMPDIR": str(folder)},  # where the logs go
     )
 
 
-def test_a_process_jax_aborts_ends_with_one_line_naming_its_log():
-    parent = start("abort")
+def test_a_process_jax_aborts_ends_with_one_line_naming_its_log(tmp_path):
+    parent = start("abort", tmp_path)
     out, err = parent.communicate(timeout=60)
     assert parent.returncode == 2
     lines = err.splitlines()
@@ -47,25 +48,25 @@ def test_a_process_jax_aborts_ends_with_one_line_naming_its_log():
     assert lines[1].startswith("bertkit: error: JAX ended this process of the job: ")
     log = lines[1].rsplit("(JAX's log: ", 1)[1].rstrip(")")
     assert open(log).read() == "F1127 client.h:80] Terminating process\n"
-    os.unlink(log)
+    assert os.path.dirname(log) == str(tmp_path)
 
 
-def test_a_process_that_ends_well_ends_so_and_leaves_no_log():
-    parent = start("done")
+def test_a_process_that_ends_well_ends_so_and_leaves_no_log(tmp_path):
+    parent = start("done", tmp_path)
     out, err = parent.communicate(timeout=60)
     assert parent.returncode == 0 and err == "from Python\n", err
-    assert out.strip().isdigit()
+    assert out.strip().isdigit() and not list(tmp_path.iterdir())
 
 
-def test_sigterm_reaches_the_child_and_its_status_is_the_parents():
-    parent = start("sigterm")
+def test_sigterm_reaches_the_child_and_its_status_is_the_parents(tmp_path):
+    parent = start("sigterm", tmp_path)
     int(parent.stdout.readline())  # the child runs
     parent.send_signal(signal.SIGTERM)
     assert parent.wait(timeout=60) == 143
 
 
-def test_the_child_dies_with_its_killed_parent():
-    parent = start("orphan")
+def test_the_child_dies_with_its_killed_parent(tmp_path):
+    parent = start("orphan", tmp_path)
     child = int(parent.stdout.readline())
     parent.kill()
     parent.wait()

@@ -52,8 +52,7 @@ def supervise() -> int:
             flush=True,
         )
         return 2
-    if code == 0 or os.path.getsize(log) == 0:
-        os.unlink(log)  # kept where a failed process logged something
+    os.unlink(log)  # kept only where the line above names it
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell says
 
 

@@ -25,6 +25,7 @@ import sys
 import tempfile
 
 CHILD_LOG = "BERTKIT_JOB_PROCESS_LOG"  # set in the child: where its C++ log lines go
+PARENT = "BERTKIT_JOB_PROCESS_PARENT"  # and its parent's pid (which may be 1, in a container)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -39,7 +40,7 @@ def supervise() -> int:
     handle, log = tempfile.mkstemp(prefix="bertkit-job-process-", suffix=".log")
     os.close(handle)
     command = [sys.executable, *sys.orig_argv[1:]]  # `-m bertkit.cli ...`, the script's path...
-    child = subprocess.Popen(command, env={**os.environ, CHILD_LOG: log})
+    child = subprocess.Popen(command, env={**os.environ, CHILD_LOG: log, PARENT: str(os.getpid())})
     signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal sends it to the child too
     code = child.wait()
@@ -61,7 +62,7 @@ def split_child_stderr() -> None:
     Python's `sys.stderr` to the terminal still; and death with the parent."""
     with contextlib.suppress(OSError, AttributeError):  # Linux only
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() == 1:  # the parent was gone before the line above
+    if str(os.getppid()) != os.environ.get(PARENT):  # the parent was gone before the line above
         os._exit(128 + signal.SIGKILL)
     sys.stderr.flush()
     sys.stderr = os.fdopen(os.dup(2), "w", buffering=1)

@@ -218,3 +218,22 @@ def test_checkpoint_every_is_checked_with_one_line_naming_the_key(setting, messa
     with pytest.raises(UserError) as error:
         load_recipe(recipe, [f"training.{setting}"])
     assert str(error.value) == f"--set: {message}"
+
+
+def test_a_job_without_jax_preemption_service_trains_on(monkeypatch):
+    # `jax_enable_preemption_service` off: no sync point to ask for, so SIGTERM keeps its
+    # default in the job, and training is not stopped by the question
+    pytest.importorskip("jax", reason="the JAX backend is part of the dev install")
+    from jax.experimental import multihost_utils
+
+    from bertkit.training.preemption import JobSigtermWatch
+
+    asked = []
+
+    def disabled(step):
+        asked.append(step)
+        raise RuntimeError("Preemption sync manager has not been initialized.")
+
+    monkeypatch.setattr(multihost_utils, "reached_preemption_sync_point", disabled)
+    watch = JobSigtermWatch()
+    assert [watch.stop_at(step) for step in range(3)] == [False] * 3 and asked == [0]

@@ -109,9 +109,7 @@ class RunCheckpoint(keras.callbacks.Callback):
         here = (self.epoch, batch)
         if batch and here != self._saved_at and self._due(batch):
             self._save(*here)
-        if self.sigterm is not None and self.sigterm.stop_at(
-            self.epoch * self.params["steps"] + batch
-        ):
+        if self.sigterm is not None and self.sigterm.stop_at(self._steps_before(batch)):
             if here != self._saved_at:
                 self._save(*here)
             if here == (0, 0):
@@ -123,8 +121,12 @@ class RunCheckpoint(keras.callbacks.Callback):
         if last is None or epoch + 1 < last:  # after the last, the run records itself trained
             self._save(epoch + 1, 0)
 
+    def _steps_before(self, step: int) -> int:
+        """Steps of the run done before step `step` (0-based) of the current epoch."""
+        return self.epoch * self.params["steps"] + step
+
     def _due(self, step: int) -> bool:
-        if self.every_steps and (self.epoch * self.params["steps"] + step) % self.every_steps == 0:
+        if self.every_steps and self._steps_before(step) % self.every_steps == 0:
             return True
         return self.every_seconds is not None and (
             self.clock() - self._saved_time >= self.every_seconds

@@ -108,11 +108,19 @@ class JobSigtermWatch(SigtermWatch):
     the run goes on (to its end, or to the scheduler's SIGKILL).
     """
 
+    def __init__(self):
+        super().__init__()
+        self.available = True  # False where JAX's preemption service is turned off
+
     def stop_at(self, step: int) -> bool:
         from jax.experimental import multihost_utils
 
-        if not self.requested and multihost_utils.reached_preemption_sync_point(step):
-            self.requested = True
+        if self.requested or not self.available:
+            return self.requested
+        try:
+            self.requested = multihost_utils.reached_preemption_sync_point(step)
+        except RuntimeError:  # `jax_enable_preemption_service` off: SIGTERM ends the process
+            self.available = False
         return self.requested
 
 

@@ -30,6 +30,8 @@ def stopped_run(trial, poll_seconds: float = 5) -> RunDirectory | None:
             with run.lock():
                 break
         except UserError:
+            if not (run.path / LOCK_FILE).is_file():  # not held: another error of the folder
+                raise
             if not said:
                 holder = (run.path / LOCK_FILE).read_text().strip()
                 print(

@@ -1,9 +1,11 @@
 """LoRA (`training.lora`, bertkit/model/lora.py): what trains, what is saved, the adapter
-file, `bertkit.load` and the merged SavedModel; one step of each other built-in task."""
+file, `bertkit.load` and the merged SavedModel; each other built-in task's step and merged
+export (resuming: tests/test_resume.py; tuning: tests/test_tune.py)."""
 
 import json
 
 import h5py
+import keras
 import numpy as np
 import pytest
 
@@ -219,3 +221,51 @@ def test_every_task_builds_with_lora_and_trains_a_step(tmp_path, task):
         for p in changed
     )
     assert changed - factors, "the head trains"
+
+
+@pytest.mark.parametrize("task", ["tagging", "span_qa", "mlm"])
+def test_every_task_exports_the_merged_model(tmp_path, task):
+    # tagging and span QA: the raw-text SavedModel, in a fresh process, answers as
+    # `predict`; MLM: its adapted backbone preset is the merged backbone
+    write_tiny_checkpoint(tmp_path / "ckpt", num_layers=1, hidden_size=16, intermediate_size=32)
+    options = {"name": task, "max_query_length": 8} if task == "span_qa" else task
+    recipe = recipe_of(tmp_path, options, write_task_data(tmp_path, task), epochs=1)
+    bertkit.finetune(recipe, verbose=0)
+    trained = lora_model(tmp_path, recipe, tmp_path / "run" / "model" / "model.weights.h5")
+    assert all(np.abs(layer.lora_kernel_b.numpy()).max() > 0 for layer in lora_layers(trained))
+    if task == "mlm":
+        adapted = load_pretrained(str(tmp_path / "run" / "backbone"), sequence_length=16)
+        inputs = {name: trained.get_layer(name).output for name in batch()}
+        unmerged = keras.Model(inputs, trained.get_layer("transformer_layer_0").output)
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(adapted.backbone(batch())["sequence_output"]),
+            keras.ops.convert_to_numpy(unmerged(batch())),
+            atol=1e-5,
+        )
+        return
+    loaded = bertkit.load(tmp_path / "run")
+    for merged, unmerged in zip(
+        keras.tree.flatten(loaded.model(batch(), training=False)),
+        keras.tree.flatten(trained(batch(), training=False)),
+        strict=True,
+    ):
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(merged), keras.ops.convert_to_numpy(unmerged), atol=1e-5
+        )
+    saved_model = tmp_path / "run" / "saved_model"
+    if task == "tagging":
+        texts = ["john visited paris", "paris", ""]
+        served = serve_in_fresh_process(saved_model, {"text": texts})
+        entities = [
+            [served["entity_text"][i][j] for j in range(served["entity_count"][i])]
+            for i in range(len(texts))
+        ]
+        assert entities == [[e["text"] for e in p["entities"]] for p in loaded.predict(texts)]
+    else:
+        pairs = [("what is it ?", "the film was good"), ("what ?", "a dull film")]
+        served = serve_in_fresh_process(
+            saved_model, {"question": [q for q, _ in pairs], "context": [c for _, c in pairs]}
+        )
+        expected = loaded.predict(pairs)
+        assert served["answer"] == [p["answer"] for p in expected]
+        np.testing.assert_allclose(served["score"], [p["score"] for p in expected], atol=1e-4)

@@ -60,6 +60,25 @@ def test_suggested_values_set_a_trial_recipe_as_set_does(tmp_path):
     ) == (2e-5, 16, 4, 0.25)
 
 
+def test_a_key_may_name_a_value_of_a_nested_section(tmp_path):
+    # training.lora.rank: LoRA's rank, searched on a recipe without LoRA, turns it on with
+    # the section's other values at their defaults (as `--set training.lora.rank=4` does)
+    path = write(tmp_path, RECIPE.replace(RATE, "training.lora.rank: {low: 2, high: 16}"))
+    space = load_recipe(path).search
+    (rank,) = [d for d in space.dimensions if d.key == "training.lora.rank"]
+    assert (rank.low, rank.high, rank.integer) == (2, 16, True)
+    trial = optuna.trial.FixedTrial(
+        {
+            "training.lora.rank": 4,
+            "training.batch_size": 16,
+            "training.epochs": 2,
+            "task.dropout": 0.1,
+        }
+    )
+    lora = load_recipe(path, space.overrides(space.suggest(trial))).training.lora
+    assert (lora.rank, lora.alpha, lora.targets) == (4, 16.0, ("query", "value"))
+
+
 def test_integer_ranges_are_suggested_as_integers(tmp_path):
     text = RECIPE.replace("[2, 3, 4]", "{low: 1, high: 5}")
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
@@ -163,6 +182,20 @@ RATE = "training.learning_rate: {low: 1.0e-5, high: 1.0e-4, log: true}"
         (
             replace_line("high: 0.3", "high: 0.3, lg: true"),
             "r.yaml:11: search.task.dropout.lg: unknown key 'lg'; did you mean 'log'?",
+        ),
+        (
+            replace_line(RATE, "training.lora.rnak: [4, 8]"),
+            "r.yaml:8: search.training.lora.rnak: unknown key 'training.lora.rnak'; "
+            "did you mean 'training.lora.rank'?",
+        ),
+        (
+            replace_line(RATE, "training.lora.rank: [4, 0]"),
+            "r.yaml:8: search.training.lora.rank.1: must be at least 1, got 0",
+        ),
+        (
+            replace_line(RATE, "training.epochs.low: [1, 2]"),
+            "r.yaml:8: search.training.epochs.low: training.epochs is a value, not a section "
+            "of values",
         ),
         (
             replace_line("task.dropout", "task.droput"),

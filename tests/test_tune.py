@@ -210,6 +210,21 @@ def test_pruning_stops_a_trial_whose_metric_falls_behind(files, capsys):
     assert "| 2 | pruned |" in (place.folder / "report.md").read_text()
 
 
+def test_a_lora_search_trains_each_trial_with_its_rank(files):
+    recipe = write_recipe(
+        files, "lora", trials=2, epochs=1, pruner="none", seed=0, **{"training.lora.rank": [2, 4]}
+    )
+    study = tuning.tune(recipe, verbose=0)
+    trials = complete_trials(study)
+    assert len(trials) == 2
+    for trial in trials:
+        run = RunDirectory(trial.user_attrs["run_dir"])
+        lora = json.loads((run.path / "model" / "task.json").read_text())["lora"]
+        assert lora["rank"] == trial.params["training.lora.rank"]
+        assert 0 < lora["trainable_weights"] < lora["weights"]
+        assert (run.path / "model" / "lora.weights.h5").is_file()
+
+
 class SigtermAt(keras.callbacks.Callback):
     """Sends this process SIGTERM as step `step` of the first epoch ends."""
 

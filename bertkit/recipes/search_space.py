@@ -9,6 +9,7 @@ search's own settings::
       training.batch_size: [16, 32]                                     # choices
       training.epochs: [2, 3, 4]
       task.dropout: {low: 0.0, high: 0.3}
+      training.lora.rank: [4, 8, 16]     # turns LoRA on in every trial
 
 A range is searched as an integer when the recipe value is an integer, else as a
 number; every bound and choice is checked against the recipe schema of the value it
@@ -202,18 +203,36 @@ def _dimension(key: str, value, origin, sections: dict[str, type]) -> Dimension:
 
 
 def _target(key: str, origin, sections: dict[str, type]):
-    """The type hint and dataclass field of the recipe value a dotted key names."""
+    """The type hint and dataclass field of the recipe value a dotted key names; a key
+    may go down into a section's own sections (`training.lora.rank`)."""
     path = ("search", key)
-    section, _, name = key.partition(".")
+    section, *names = key.split(".")
     if section not in sections:
         raise origin.error(
             f"cannot search '{section}' values; searchable sections: {', '.join(sections)}", path
         )
-    fields = {f.name: f for f in dataclasses.fields(sections[section]) if f.init}
-    if name not in fields:
-        keys = [f"{section}.{field}" for field in fields]
-        raise origin.error(schema._unknown_key_message(key, dict.fromkeys(keys)), path)
-    return typing.get_type_hints(sections[section])[name], fields[name]
+    owner, prefix = sections[section], section
+    for depth, name in enumerate(names):
+        fields = {f.name: f for f in dataclasses.fields(owner) if f.init}
+        if name not in fields:
+            keys = [f"{prefix}.{field}" for field in fields]
+            raise origin.error(
+                schema._unknown_key_message(f"{prefix}.{name}", dict.fromkeys(keys)), path
+            )
+        hint = typing.get_type_hints(owner)[name]
+        if depth == len(names) - 1:
+            return hint, fields[name]
+        owner, prefix = _section_type(hint), f"{prefix}.{name}"
+        if owner is None:
+            raise origin.error(f"{prefix} is a value, not a section of values", path)
+    raise AssertionError("unreachable: a key with a dot names at least one value")
+
+
+def _section_type(hint):
+    """The dataclass a recipe value holds (`LoraConfig | None` -> LoraConfig), else None."""
+    options = set(typing.get_args(hint)) - {type(None)} if typing.get_args(hint) else {hint}
+    sections = [option for option in options if dataclasses.is_dataclass(option)]
+    return sections[0] if len(sections) == 1 else None
 
 
 def _choices(values: list, hint, field, origin, path) -> tuple:
@@ -283,6 +302,6 @@ def json_schema() -> dict:
         "description": "hyperparameter search ('bertkit tune'): dotted "
         "recipe keys mapped to ranges or choices",
         "properties": options["properties"],
-        "patternProperties": {r"^(training|task|backbone)\.[A-Za-z_]+$": space},
+        "patternProperties": {r"^(training|task|backbone)(\.[A-Za-z_]+)+$": space},
         "additionalProperties": False,
     }

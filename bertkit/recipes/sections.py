@@ -94,8 +94,16 @@ class TrainingConfig:
         metadata={
             "min": 1,
             "max": 100,
-            "help": "train seed, seed + 1, ... one after another in "
-            "seeds/seed-<k>/; report mean and sd (README: Seeds)",
+            "help": "train seed, seed + 1, ... (one after another, or side by side: "
+            "parallel_seeds) in seeds/seed-<k>/; report mean and sd (README: Seeds)",
+        },
+    )
+    parallel_seeds: int | Literal["auto"] = _field(
+        default="auto",
+        metadata={
+            "min": 1,
+            "help": "seeds > 1: how many train at once, each in a child process on its own "
+            "GPUs; auto: one per visible GPU where several are (README: Seeds)",
         },
     )
     keep_seed: Literal["median", "best"] = _field(

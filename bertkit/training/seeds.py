@@ -26,6 +26,9 @@ majority class; tagging every word O) is flagged in one line, printed and kept i
 Resuming: a seed whose `run.json` says finished is skipped, the interrupted one resumes
 as any run does, and the aggregate is written again. `metrics.json` is rewritten after
 every seed, so a stopped run shows the seeds it has.
+
+Seeds train one after another in this process, or several at once in child processes
+where several GPUs are visible (`training.parallel_seeds`: `bertkit.training.seeds_side_by_side`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from bertkit.errors import UserError
 from bertkit.progress import say
 from bertkit.recipes.recipe import Recipe
 from bertkit.run_dir import FINISHED, RunDirectory, read_json, write_json
+from bertkit.training.seeds_side_by_side import seeds_at_once, train_side_by_side
 
 LARGEST_SEED = 2**32 - 1
 
@@ -56,10 +60,25 @@ def train_seeds(
 
     seeds, finetuned = seed_values(recipe.training), None
     baseline = validation_baseline(recipe, features) if writes_run_directory() else None
+    finished = []
+
+    def seed_finished(seed):
+        finished.append(seed)
+        metrics = write_seeds_metrics(run, recipe, sorted(finished, key=seeds.index), baseline)
+        failed = next(e.get("failed") for e in metrics["seeds"] if e["seed"] == seed)
+        if failed:
+            say(failed)
+        return metrics
+
+    at_once = seeds_at_once(recipe.training, callbacks)
+    pending = {}
     for index, seed in enumerate(seeds):
         seed_run = RunDirectory(seed_dir(run, seed))
         if process_zero_decides(lambda run=seed_run: run.status() == FINISHED):
             say(f"seed {seed} ({index + 1} of {len(seeds)}): finished, skipped")
+            finished.append(seed)
+        elif at_once > 1:
+            pending[seed] = (seed_recipe(recipe, seed, run), seed_run)
         else:
             say(f"seed {seed} ({index + 1} of {len(seeds)}): {seed_run.path}")
             finetuned = finetune(
@@ -68,11 +87,14 @@ def train_seeds(
                 features=features,
                 callbacks=callbacks,
             )
-        if writes_run_directory():
-            metrics = write_seeds_metrics(run, recipe, seeds[: index + 1], baseline)
+            if writes_run_directory():
+                seed_finished(seed)
+    if pending:
+        say(f"seeds {', '.join(map(str, pending))}: {min(at_once, len(pending))} at a time")
+        train_side_by_side(pending, at_once, features, seed_finished)
     if not writes_run_directory():
         return finetuned
-    finish_seeds(run, recipe, metrics)
+    finish_seeds(run, recipe, write_seeds_metrics(run, recipe, seeds, baseline))
     return FineTunedModel.load(run.path)
 
 
@@ -145,8 +167,6 @@ def write_seeds_metrics(run: RunDirectory, recipe: Recipe, seeds: list[int], bas
         "failed_seeds": failed,
     }
     write_json(run.metrics_file, result)
-    if failed and failed[-1] == entries[-1].get("failed"):
-        say(failed[-1])
     return result
 
 

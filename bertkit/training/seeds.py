@@ -52,50 +52,65 @@ def train_seeds(
     recipe: Recipe, run: RunDirectory, finetune, *, verbose=None, features=None, callbacks=None
 ):
     """Trains `recipe.training.seeds` seeds into `run.path / "seeds"`, finished ones skipped,
-    each with `finetune` (`bertkit.finetune`: passed in, as its module imports this one),
-    then writes the aggregate. Returns the kept model, loaded from `run` (in processes
-    other than the writing one: the last seed's model)."""
-    from bertkit.parallel.multi_process import process_zero_decides, writes_run_directory
+    each with `finetune` (`bertkit.finetune`: passed in, as its module imports this one) or
+    side by side in child processes, then writes the aggregate. Returns the kept model,
+    loaded from `run` (in processes other than the writing one: the last seed's model)."""
+    from bertkit.parallel.multi_process import writes_run_directory
     from bertkit.serving.finetuned import FineTunedModel
 
-    seeds, finetuned = seed_values(recipe.training), None
-    baseline = validation_baseline(recipe, features) if writes_run_directory() else None
-    finished = []
+    done = _SeedsDone(recipe, run, features)
+    at_once, finetuned, side_by_side = seeds_at_once(recipe.training, callbacks), None, {}
+    for position, seed, seed_run in done.unfinished():
+        if at_once > 1:
+            side_by_side[seed] = (seed_recipe(recipe, seed, run), seed_run)
+            continue
+        say(f"seed {seed} ({position}): {seed_run.path}")
+        finetuned = finetune(
+            seed_recipe(recipe, seed, run), verbose=verbose, features=features, callbacks=callbacks
+        )
+        done.finished(seed)
+    if side_by_side:
+        train_side_by_side(side_by_side, at_once, features, done.finished)
+    if not writes_run_directory():
+        return finetuned
+    finish_seeds(run, recipe, write_seeds_metrics(run, recipe, done.seeds, done.baseline))
+    return FineTunedModel.load(run.path)
 
-    def seed_finished(seed):
-        finished.append(seed)
-        metrics = write_seeds_metrics(run, recipe, sorted(finished, key=seeds.index), baseline)
+
+class _SeedsDone:
+    """The seeds of a run and which have finished; `metrics.json` after each."""
+
+    def __init__(self, recipe: Recipe, run: RunDirectory, features):
+        from bertkit.parallel.multi_process import writes_run_directory
+
+        self.recipe, self.run, self.seeds = recipe, run, seed_values(recipe.training)
+        self.writes = writes_run_directory()
+        self.baseline = validation_baseline(recipe, features) if self.writes else None
+        self.done: list[int] = []
+
+    def unfinished(self):
+        """(`k of N`, seed, its run directory) of each seed still to train; says the others."""
+        from bertkit.parallel.multi_process import process_zero_decides
+
+        for index, seed in enumerate(self.seeds):
+            seed_run = RunDirectory(seed_dir(self.run, seed))
+            position = f"{index + 1} of {len(self.seeds)}"
+            if process_zero_decides(lambda run=seed_run: run.status() == FINISHED):
+                say(f"seed {seed} ({position}): finished, skipped")
+                self.done.append(seed)
+            else:
+                yield position, seed, seed_run
+
+    def finished(self, seed: int) -> None:
+        """Rewrites `metrics.json` with `seed` done, and flags it if it did not learn."""
+        self.done.append(seed)
+        if not self.writes:
+            return
+        done = sorted(self.done, key=self.seeds.index)
+        metrics = write_seeds_metrics(self.run, self.recipe, done, self.baseline)
         failed = next(e.get("failed") for e in metrics["seeds"] if e["seed"] == seed)
         if failed:
             say(failed)
-        return metrics
-
-    at_once = seeds_at_once(recipe.training, callbacks)
-    pending = {}
-    for index, seed in enumerate(seeds):
-        seed_run = RunDirectory(seed_dir(run, seed))
-        if process_zero_decides(lambda run=seed_run: run.status() == FINISHED):
-            say(f"seed {seed} ({index + 1} of {len(seeds)}): finished, skipped")
-            finished.append(seed)
-        elif at_once > 1:
-            pending[seed] = (seed_recipe(recipe, seed, run), seed_run)
-        else:
-            say(f"seed {seed} ({index + 1} of {len(seeds)}): {seed_run.path}")
-            finetuned = finetune(
-                seed_recipe(recipe, seed, run),
-                verbose=verbose,
-                features=features,
-                callbacks=callbacks,
-            )
-            if writes_run_directory():
-                seed_finished(seed)
-    if pending:
-        say(f"seeds {', '.join(map(str, pending))}: {min(at_once, len(pending))} at a time")
-        train_side_by_side(pending, at_once, features, seed_finished)
-    if not writes_run_directory():
-        return finetuned
-    finish_seeds(run, recipe, write_seeds_metrics(run, recipe, seeds, baseline))
-    return FineTunedModel.load(run.path)
 
 
 def seed_values(training) -> list[int]:

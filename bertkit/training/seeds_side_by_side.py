@@ -109,6 +109,7 @@ def train_side_by_side(seed_runs: dict, width: int, features, on_finished) -> No
     process, `width` at a time; calls `on_finished(seed)` as each ends well."""
     groups = device_groups(visible_gpus(), width)
     pending, running, stopping, failure = list(seed_runs), {}, [], None
+    say(f"seeds {', '.join(map(str, pending))}: {min(width, len(pending))} at a time")
     folder = next(iter(seed_runs.values()))[1].path.parent
     folder.mkdir(parents=True, exist_ok=True)
 
@@ -126,15 +127,7 @@ def train_side_by_side(seed_runs: dict, width: int, features, on_finished) -> No
                     recipe, run = seed_runs[seed]
                     running[_start(seed, recipe, run, groups[slot], features, folder)] = slot
                 time.sleep(_POLL_SECONDS)
-                for child in [c for c in running if c.poll() is not None]:
-                    del running[child]
-                    seed = child.seed
-                    if child.returncode == 0:
-                        on_finished(seed)
-                    elif failure is None and child.returncode != 143:
-                        failure = (seed, child.returncode)
-                        for other in running:
-                            other.send_signal(signal.SIGTERM)
+                failure = _collect_ended(running, on_finished, failure)
         except KeyboardInterrupt:  # the terminal sent SIGINT to the children too
             for child in running:
                 child.wait()
@@ -145,6 +138,21 @@ def train_side_by_side(seed_runs: dict, width: int, features, on_finished) -> No
         from bertkit.training.preemption import Preempted
 
         raise Preempted(where="with the seeds side by side, each saved where it stopped")
+
+
+def _collect_ended(running: dict, on_finished, failure):
+    """Takes the children that have ended out of `running`: `on_finished` for each that
+    ended well; the first that failed becomes the failure (seed, exit status), and SIGTERM
+    stops the others. Returns the failure, if any."""
+    for child in [c for c in running if c.poll() is not None]:
+        del running[child]
+        if child.returncode == 0:
+            on_finished(child.seed)
+        elif failure is None and child.returncode != 143:
+            failure = (child.seed, child.returncode)
+            for other in running:
+                other.send_signal(signal.SIGTERM)
+    return failure
 
 
 def _start(seed, recipe, run, group, features, folder: Path) -> subprocess.Popen:

@@ -3,7 +3,9 @@ seed a child `bertkit finetune` on its own GPUs, SIGTERM passed on and resumed, 
 seed one line, and when seeds stay one after another."""
 
 import json
+import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -164,3 +166,21 @@ def test_visible_gpus_without_the_variable_asks_nvidia_smi(monkeypatch, tmp_path
     assert visible_gpus() == ["0", "1"]
     smi.unlink()
     assert visible_gpus() == []
+
+
+def test_asking_for_the_process_count_starts_no_jax_backend():
+    # JAX's backend, once started, takes most of each GPU's memory: the parent of seeds
+    # side by side asks how many processes train together before it starts its children
+    pytest.importorskip("jax", reason="the JAX backend is part of the dev install")
+    script = (
+        "import keras\n"
+        "from jax._src import xla_bridge\n"
+        "from bertkit.parallel.multi_process import process_count, process_index\n"
+        "assert (process_count(), process_index()) == (1, 0)\n"
+        "print(sorted(xla_bridge._backends))\n"
+    )
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    assert out.strip() == "[]"

@@ -235,7 +235,9 @@ def process_count() -> int:
     """How many processes train together (1 without a distributed runtime)."""
     import keras
 
-    if keras.backend.backend() != "jax":
+    # Asked before anything runs on a device: JAX's backend, once started, takes most of
+    # each visible GPU's memory, which seeds side by side leave to their child processes.
+    if keras.backend.backend() != "jax" or not _joined_jax_job():
         return 1
     import jax
 
@@ -246,11 +248,19 @@ def process_index() -> int:
     """This process's index among those training together (0: the one that writes)."""
     import keras
 
-    if keras.backend.backend() != "jax":
+    if keras.backend.backend() != "jax" or not _joined_jax_job():
         return 0
     import jax
 
     return jax.process_index()
+
+
+def _joined_jax_job() -> bool:
+    """`jax.distributed.initialize` has run (bertkit's, or `keras.distribution.initialize`);
+    asking does not start JAX's backend."""
+    import jax
+
+    return jax.distributed.is_initialized()
 
 
 def writes_run_directory() -> bool:

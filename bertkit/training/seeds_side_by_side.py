@@ -11,8 +11,10 @@ parallelism). Each seed is an ordinary `bertkit finetune` of its seed recipe
 its output in `seeds/seed-<k>.log`; the parent only starts them, says how each ended, and
 the aggregate is written as for seeds one after another.
 
-The GPUs are counted without starting a framework, which would take GPU memory in the
-parent: `CUDA_VISIBLE_DEVICES` when set, else `nvidia-smi -L`.
+The parent starts no framework on a device before its children (JAX's backend and
+TensorFlow's take most of each visible GPU's memory once started): the GPUs are counted
+from `CUDA_VISIBLE_DEVICES` when set, else `nvidia-smi -L`, and whether this is a job of
+several processes from `jax.distributed.is_initialized()`.
 
 A SIGTERM to the parent goes to every child: each saves where it is and ends (143), then
 the parent does, and the same command resumes them (a finished seed is skipped, a stopped

@@ -160,7 +160,10 @@ def test_seeds_side_by_side_that_cannot_be_are_refused(monkeypatch, gpus, callba
 def test_visible_gpus_without_the_variable_asks_nvidia_smi(monkeypatch, tmp_path):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: a)'\necho 'GPU 1: NVIDIA H100'\n")
+    smi.write_text(
+        "#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: GPU-a)'\n"
+        "echo '  MIG 3g.40gb     Device  0: (UUID: MIG-b)'\necho 'GPU 1: NVIDIA H100 (UUID: GPU-c)'\n"
+    )
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert visible_gpus() == ["0", "1"]

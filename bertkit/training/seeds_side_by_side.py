@@ -89,7 +89,8 @@ def visible_gpus() -> list[str]:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
-    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+    # "GPU 0: NVIDIA H100 ... (UUID: ...)", each MIG device on an indented line below its GPU
+    return [line.split(":")[0].split()[1] for line in out.splitlines() if line.startswith("GPU ")]
 
 
 def device_groups(gpus: list[str], width: int) -> list[str | None]:

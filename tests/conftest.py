@@ -35,6 +35,7 @@ SLOWEST_FIRST = (
     "test_int8_export.py",
     "test_preemption.py",
     "test_lora.py",
+    "test_seeds_side_by_side.py",
     "test_plugins.py",
     "test_compilation.py",
     "test_untrusted_files.py",

@@ -252,7 +252,8 @@ def add_throughput(result: dict) -> dict:
 
 
 def print_table(title: str, scores: tuple[str, str], results: dict, digits: int) -> None:
-    """The comparison table: two scores, throughput, seconds; then the throughput ratio."""
+    """The comparison table: two scores, throughput, seconds; then the throughput ratio
+    (of two contenders)."""
     print(f"\n{title}")
     print(
         f"{'':24} {scores[0]:>8} {scores[1]:>8} {'train seq/s':>12} {'train s':>9} "
@@ -264,8 +265,9 @@ def print_table(title: str, scores: tuple[str, str], results: dict, digits: int)
             f"{result['train_sequences_per_second']:12.1f} {result['train_seconds']:9.1f} "
             f"{result['wall_seconds']:8.1f} {result['padded_tokens_per_sequence']:15.1f}"
         )
-    ours, reference = results.values()
-    ratio = ours["train_sequences_per_second"] / reference["train_sequences_per_second"]
-    print(f"throughput ratio bertkit / reference: {ratio:.2f}x")
+    if len(results) == 2:  # (a run of one contender has no ratio)
+        ours, reference = results.values()
+        ratio = ours["train_sequences_per_second"] / reference["train_sequences_per_second"]
+        print(f"throughput ratio bertkit / reference: {ratio:.2f}x")
     load = ", ".join(f"{name} {result.get('other_cores_busy')}" for name, result in results.items())
     print(f"cores kept busy by other processes during each run (0 = undisturbed): {load}")

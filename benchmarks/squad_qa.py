@@ -94,6 +94,15 @@ def parse_arguments():
     )
     parser.add_argument("--learning-rate", type=float, default=5e-5)
     parser.add_argument("--seeds", type=int, nargs="+", default=[42])
+    parser.add_argument(
+        "--batch-order",
+        choices=["length_buckets", "random"],
+        default=None,
+        help="bertkit's training.batch_order (default: the recipe default, length_buckets)",
+    )
+    parser.add_argument(
+        "--only", choices=["bertkit", "reference"], default=None, help="run one contender"
+    )
     return parser.parse_args()
 
 
@@ -122,12 +131,13 @@ def main():
     for seed in args.seeds:
         folder = workdir / f"seed-{seed}"
         folder.mkdir()
-        results = {
-            "bertkit": add_throughput(run_ours(args, files, doc_stride, seed, folder)),
-            "HF transformers + torch": add_throughput(
+        results = {}
+        if args.only in (None, "bertkit"):
+            results["bertkit"] = add_throughput(run_ours(args, files, doc_stride, seed, folder))
+        if args.only in (None, "reference"):
+            results["HF transformers + torch"] = add_throughput(
                 run_theirs(args, files, seed, folder, examples)
-            ),
-        }
+            )
         report_seed(args, sizes, seed, results)
         runs.append({"seed": seed, **results})
     summary = {
@@ -188,6 +198,7 @@ def run_ours(args, files: dict, doc_stride: int, seed: int, folder: Path) -> dic
             "batch_size": args.batch_size,
             "learning_rate": args.learning_rate,
             "seed": seed,
+            **({"batch_order": args.batch_order} if args.batch_order else {}),
         },
         "export": {"saved_model": False},  # not part of what is compared
     }

@@ -132,6 +132,7 @@ def training(**values):
         ("", {}, None, 1),  # a CPU: one after another
         ("-1", {}, None, 1),
         ("0,1,2,3", {"distribution": "data_parallel"}, None, 1),
+        ("0,1,2,3", {"distribution": "one_device"}, None, 4),  # one device each, side by side
         ("0,1,2,3", {}, [object()], 1),  # Python callbacks stay in this process
         ("0,1,2,3", {"parallel_seeds": 2}, None, 2),
         ("", {"parallel_seeds": 2}, None, 2),  # asked for: side by side on the CPU

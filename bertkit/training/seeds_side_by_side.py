@@ -3,8 +3,8 @@ a child process on its own share of the GPUs.
 
 Seeds are independent runs, and the small-data runs where seeds matter gain little from
 data parallelism: a batch of 32 short rows does not fill one GPU. So where several GPUs
-are visible, `seeds: 4` trains four seeds side by side, one GPU each, in about the wall time
-of one (`parallel_seeds: auto`, the default; one after another on a CPU, on one GPU, in a
+are visible, `seeds: 4` trains four seeds side by side, one GPU each
+(`parallel_seeds: auto`, the default; one after another on a CPU, on one GPU, in a
 job of several processes, with Python callbacks, or when the recipe asks for data
 parallelism). Each seed is an ordinary `bertkit finetune` of its seed recipe
 (`seeds/seed-<k>.yaml`) in a child process whose `CUDA_VISIBLE_DEVICES` names its GPUs,
@@ -52,7 +52,8 @@ def seeds_at_once(training, callbacks=None) -> int:
     if training.seeds == 1 or wanted == 1:
         return 1
     if wanted == "auto":
-        if callbacks or process_count() > 1 or training.distribution != "auto":
+        data_parallel = training.distribution in ("data_parallel", "mirrored")
+        if callbacks or process_count() > 1 or data_parallel:
             return 1
         return max(1, min(len(visible_gpus()), training.seeds))
     why_not = (

@@ -188,3 +188,73 @@ def test_asking_for_the_process_count_starts_no_jax_backend():
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def fake_seed_runs(folder: Path, seeds) -> dict:
+    """`train_side_by_side`'s input for child commands that need no recipe."""
+    recipe = types.SimpleNamespace(to_yaml=lambda: "schema: 1\n")
+    return {s: (recipe, types.SimpleNamespace(path=folder / "seeds" / f"seed-{s}")) for s in seeds}
+
+
+def test_seeds_side_by_side_on_a_cpu_each_run_on_their_own_cores(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU
+    report_cores = "import os; print('cores', sorted(os.sched_getaffinity(0)))"
+    monkeypatch.setattr(seeds_side_by_side, "CHILD_COMMAND", [sys.executable, "-c", report_cores])
+    finished = []
+    seeds_side_by_side.train_side_by_side(
+        fake_seed_runs(tmp_path, [1, 2]), 2, None, finished.append
+    )
+    assert sorted(finished) == [1, 2]
+    logs = [(tmp_path / "seeds" / f"seed-{s}.log").read_text() for s in (1, 2)]
+    cores = sorted(os.sched_getaffinity(0))
+    expected = [f"cores {sorted(group)}" for group in seeds_side_by_side.core_groups(cores, 2)]
+    assert [log.strip() for log in logs] == expected
+    if len(cores) > 1:
+        assert len(cores) > max(len(group) for group in seeds_side_by_side.core_groups(cores, 2))
+
+
+PARENT_OF_ONE_SEED = """
+import sys
+from pathlib import Path
+from bertkit.training import seeds_side_by_side
+sys.path.insert(0, sys.argv[2])
+from test_seeds_side_by_side import fake_seed_runs
+seeds_side_by_side.CHILD_COMMAND = [sys.executable, "-c", sys.argv[3]]
+seeds_side_by_side.train_side_by_side(fake_seed_runs(Path(sys.argv[1]), [7]), 1, None, print)
+"""
+
+SEED_UNTIL_SIGTERM = """
+import pathlib, signal, sys, time
+recipe = pathlib.Path(sys.argv[-1])
+def stop(signum, frame):
+    recipe.with_suffix(".stopped").write_text(signal.Signals(signum).name)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+recipe.with_suffix(".started").write_text("")
+time.sleep(60)
+"""
+
+
+def test_a_kill_9_of_the_parent_stops_the_seeds_with_sigterm(tmp_path):
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PARENT_OF_ONE_SEED,
+            str(tmp_path),
+            str(Path(__file__).parent),
+            SEED_UNTIL_SIGTERM,
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    started, stopped = tmp_path / "seeds" / "seed-7.started", tmp_path / "seeds" / "seed-7.stopped"
+    deadline = time.monotonic() + 60
+    while not started.exists() and parent.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), "the seed's child did not start"
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while not stopped.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stopped.read_text() == "SIGTERM"

@@ -87,7 +87,8 @@ def precompile(built, epochs: range, threads: int | None = None) -> dict:
             _lower_predict_step(jax, built.model, inputs)
             for inputs in built.validation.distinct_inputs()
         ]
-    threads = threads or min(len(lowered), os.cpu_count() or 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = threads or min(len(lowered), cores or 1)  # a seed side by side has a share
     with concurrent.futures.ThreadPoolExecutor(max(threads, 1)) as pool:
         list(pool.map(lambda program: program.compile(), lowered))
     return {"programs": len(lowered), "seconds": round(time.perf_counter() - started, 3)}

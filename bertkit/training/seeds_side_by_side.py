@@ -9,7 +9,9 @@ job of several processes, with Python callbacks, or when the recipe asks for dat
 parallelism). Each seed is an ordinary `bertkit finetune` of its seed recipe
 (`seeds/seed-<k>.yaml`) in a child process whose `CUDA_VISIBLE_DEVICES` names its GPUs,
 its output in `seeds/seed-<k>.log`; the parent only starts them, says how each ended, and
-the aggregate is written as for seeds one after another.
+the aggregate is written as for seeds one after another. Seeds side by side on a CPU
+(`parallel_seeds: N` without GPUs) split its cores: each child may run on its own share
+only, so N thread pools sized for the whole machine do not fight over it.
 
 The parent starts no framework on a device before its children (JAX's backend and
 TensorFlow's take most of each visible GPU's memory once started): the GPUs are counted
@@ -108,10 +110,30 @@ def device_groups(gpus: list[str], width: int) -> list[str | None]:
     return [",".join(gpus[i * size : (i + 1) * size]) for i in range(width)]
 
 
+def core_groups(cores: list[int], width: int) -> list[set[int]]:
+    """Each of `width` side-by-side seeds' CPU cores on a machine without GPUs: `cores`
+    split into equal groups in order (any left over go to the last), or one core each,
+    shared in turn, where there are fewer cores than seeds.
+
+    Example:
+        >>> core_groups([0, 1, 2, 3, 4], 2), core_groups([0, 1], 3)
+        ([{0, 1}, {2, 3, 4}], [{0}, {1}, {0}])
+    """
+    if len(cores) < width:
+        return [{cores[i % len(cores)]} for i in range(width)]
+    size = len(cores) // width
+    groups = [set(cores[i * size : (i + 1) * size]) for i in range(width)]
+    groups[-1].update(cores[width * size :])
+    return groups
+
+
 def train_side_by_side(seed_runs: dict, width: int, features, on_finished) -> None:
     """Trains each seed of `seed_runs` (seed -> (recipe, run directory), in order) in a child
     process, `width` at a time; calls `on_finished(seed)` as each ends well."""
-    groups = device_groups(visible_gpus(), width)
+    gpus = visible_gpus()
+    groups = device_groups(gpus, width)
+    if not gpus and hasattr(os, "sched_getaffinity"):
+        groups = core_groups(sorted(os.sched_getaffinity(0)), width)
     pending, running, stopping, failure = list(seed_runs), {}, [], None
     say(f"seeds {', '.join(map(str, pending))}: {min(width, len(pending))} at a time")
     folder = next(iter(seed_runs.values()))[1].path.parent
@@ -160,15 +182,19 @@ def _collect_ended(running: dict, on_finished, failure):
 
 
 def _start(seed, recipe, run, group, features, folder: Path) -> subprocess.Popen:
+    """A child `finetune` of `seed`, on the GPUs (a `CUDA_VISIBLE_DEVICES` string) or the
+    CPU cores (a set) of `group`, or on whatever this process may use (None)."""
     recipe_file = folder / f"seed-{seed}.yaml"
     recipe_file.write_text(recipe.to_yaml())
     command = [*CHILD_COMMAND, "finetune", str(recipe_file)]
     if features:
         command += ["--features", str(features)]
-    env = dict(os.environ)
+    env, cores = dict(os.environ), None
     where = "the CPU"
-    if group is not None:
+    if isinstance(group, str):
         env["CUDA_VISIBLE_DEVICES"], where = group, f"GPU {group}"
+    elif group is not None:
+        cores, where = group, f"CPU cores {','.join(map(str, sorted(group)))}"
     log = folder / f"seed-{seed}.log"
     say(f"seed {seed}: training on {where} beside the other seeds; its output: {log}")
     parent = os.getpid()
@@ -179,14 +205,17 @@ def _start(seed, recipe, run, group, features, folder: Path) -> subprocess.Popen
             stdout=output,
             stderr=subprocess.STDOUT,
             env=env,
-            preexec_fn=lambda: _die_with(parent),
+            preexec_fn=lambda: _die_with(parent, cores),
         )
     child.seed = seed
     return child
 
 
-def _die_with(parent: int) -> None:
-    """In the child, before it runs bertkit: SIGTERM when the parent dies (Linux)."""
+def _die_with(parent: int, cores: set[int] | None) -> None:
+    """In the child, before it runs bertkit: SIGTERM when the parent dies (Linux), and its
+    share of the cores (TensorFlow, XLA and NumPy size their thread pools from it)."""
+    if cores:
+        os.sched_setaffinity(0, cores)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:  # the parent was gone before the line above

@@ -171,3 +171,33 @@ def test_tokenize_in_chunks_keeps_order(monkeypatch):
     rows = tokenize_in_chunks(tokenizer.tokenize, texts)
     assert [ids.tolist() for (ids,) in rows] == [[8], [], [6, 7], [10, 11, 12], [7, 9]]
     assert tokenize_in_chunks(tokenizer.tokenize, []) == []
+
+
+def test_repeated_calls_run_traced_and_give_the_eager_outputs():
+    eager, traced = WordPieceTokenizer(VOCAB, lowercase=True), WordPieceTokenizer(VOCAB, True)
+    traced.trace_repeated_calls()
+    batches = [["Good films, café!", ""], ["the film"], ["a b. c", "cafés ☃ d e", "Films f"]]
+
+    def outputs(tokenizer, texts):
+        texts = tf.constant(texts)
+        words = tf.strings.split(texts)
+        pieces = tokenizer.tokenize(texts)
+        results = [
+            pieces,
+            *tokenizer.tokenize_with_offsets(texts),
+            tokenizer.tokenize_words(words, max_pieces=2),
+            *tokenizer.words_with_offsets(texts, max_pieces=1),
+            *tokenizer.pack([pieces, tokenizer.tokenize(texts[::-1])], 8),
+        ]
+        return [r.to_list() for r in results]
+
+    for texts in batches:  # eager, then traced with another batch size, then traced again
+        assert outputs(traced, texts) == outputs(eager, texts)
+    assert {key[0] for key in traced._traced} == {
+        "tokenize",
+        "tokenize_with_offsets",
+        "tokenize_words",
+        "words_with_offsets",
+        "pack",
+    }
+    assert not eager._traced

@@ -189,6 +189,8 @@ def test_predict_matches_the_evaluation_path(run):
     assert pair == pytest.approx(predictions[1], abs=1e-4)
     (with_n_best,) = model.predict([{**dev[1], "n_best": True}])
     assert with_n_best["n_best"][0]["answer"] == predictions[1]["best_span"]
+    traced = model.task.tokenizer.traced_calls.traced_names()  # the calls after the first
+    assert any(name.startswith("decode_answer_spans") for name in traced), traced
 
 
 def test_saved_model_in_a_fresh_process_matches_predict(run):

@@ -257,6 +257,8 @@ def test_raw_text_entities_have_character_offsets(run):
     assert [(e["type"], e["text"]) for e in as_words["entities"]] == [
         (e["type"], e["text"]) for e in as_text["entities"]
     ]
+    traced = model.task.tokenizer.traced_calls.traced_names()  # the calls after the first
+    assert any(name.startswith("decode_tags") for name in traced), traced
 
 
 def test_saved_model_in_a_fresh_process_matches_predict(run):

@@ -193,11 +193,12 @@ def test_repeated_calls_run_traced_and_give_the_eager_outputs():
 
     for texts in batches:  # eager, then traced with another batch size, then traced again
         assert outputs(traced, texts) == outputs(eager, texts)
-    assert {key[0] for key in traced._traced} == {
+    traced_methods = {name.split("(")[0] for name in traced.traced_calls.traced_names()}
+    assert traced_methods == {
         "tokenize",
         "tokenize_with_offsets",
         "tokenize_words",
         "words_with_offsets",
         "pack",
     }
-    assert not eager._traced
+    assert not eager.traced_calls.traced_names()

@@ -17,10 +17,8 @@ text). So FastBertTokenizer only splits words and finds pieces in the
 normalized text, and the normalizer maps its offsets back to the original.
 This matches Hugging Face's tokenizer on SQuAD and CoNLL-2003 piece for piece.
 
-A loaded model's tokenizer traces its calls (`trace_repeated_calls`): run eagerly, one
-sentence's tokenization is about a hundred small TensorFlow ops, each dispatched from
-Python (about 38 ms on a 2-core CPU, more than MiniLM's forward pass); traced, it is one
-graph call (about 2 ms).
+A loaded model's tokenizer runs its repeated eager calls traced (`trace_repeated_calls`,
+`bertkit.model.traced_calls`): one graph call instead of about a hundred eager ops.
 
 Words (`words_with_offsets`) are read back from the pieces, so they are BERT's
 basic tokenization; `character_offsets` (NumPy) and `batch_substrings`
@@ -30,7 +28,6 @@ basic tokenization; `character_offsets` (NumPy) and `batch_substrings`
 
 from __future__ import annotations
 
-import functools
 import json
 from functools import cached_property
 from pathlib import Path
@@ -44,58 +41,9 @@ from bertkit.model.token_rows import (  # noqa: F401 (tasks import the last two 
     split_word_rows,
     tokenize_in_chunks,
 )
+from bertkit.model.traced_calls import TracedCalls, traced_method
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-
-
-def _traced_when_repeated(method):
-    """`method(self, tensors, *static)`, run as a `tf.function` from its second eager call
-    with the same static arguments and input structure, once `trace_repeated_calls` is on.
-
-    Tracing costs more than one eager call (about 0.5 s), so a single call stays eager; the
-    signature has every dimension unknown, so batches of any size share one trace.
-    """
-
-    @functools.wraps(method)
-    def call(self, tensors, *static, **options):
-        import tensorflow as tf
-
-        if self._calls is None or not tf.executing_eagerly() or not _all_tensors(tensors):
-            return method(self, tensors, *static, **options)
-        signature = tf.nest.map_structure(_any_shape, tensors)
-        key = (method.__name__, repr(static), repr(sorted(options.items())), repr(signature))
-        calls = self._calls.get(key, 0)
-        self._calls[key] = calls + 1
-        if calls == 0:
-            return method(self, tensors, *static, **options)
-        if calls == 1:
-            self._traced[key] = tf.function(
-                lambda values: method(self, values, *static, **options),
-                input_signature=[signature],
-                autograph=False,
-            )
-        return self._traced[key](tensors)
-
-    return call
-
-
-def _all_tensors(structure) -> bool:
-    import tensorflow as tf
-
-    return all(
-        isinstance(value, (tf.Tensor, tf.RaggedTensor)) for value in tf.nest.flatten(structure)
-    ) and not isinstance(structure, dict)
-
-
-def _any_shape(value):
-    """`value`'s type with every dimension unknown."""
-    import tensorflow as tf
-
-    if isinstance(value, tf.RaggedTensor):
-        return tf.RaggedTensorSpec(
-            [None] * value.shape.rank, value.dtype, value.ragged_rank, value.row_splits.dtype
-        )
-    return tf.TensorSpec([None] * value.shape.rank, value.dtype)
 
 
 def vocabulary_is_cased(vocabulary: list[str]) -> bool:
@@ -148,25 +96,13 @@ class WordPieceTokenizer:
         self.pad_id, self.unk_id = index["[PAD]"], index["[UNK]"]
         self.cls_id, self.sep_id = index["[CLS]"], index["[SEP]"]
         self.mask_id = index.get("[MASK]", self.unk_id)
-        self._calls, self._traced = None, {}
+        self.traced_calls = TracedCalls()
 
     def trace_repeated_calls(self) -> None:
-        """From now on, an eager call (`tokenize`, `tokenize_with_offsets`,
-        `tokenize_words`, `words_with_offsets`, `pack`) made a second time runs traced: one
-        graph call instead of about a hundred eager ops. For a tokenizer that serves many
-        small calls (a loaded model, a server); the outputs are the same.
-
-        Example:
-            >>> import tensorflow as tf
-            >>> tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "film"],
-            ...                                lowercase=True)
-            >>> tokenizer.trace_repeated_calls()
-            >>> [tokenizer.tokenize(tf.constant(["Film", "film film"])).to_list()
-            ...  for _ in range(3)]  # eager, traced, traced
-            [[[4], [4, 4]], [[4], [4, 4]], [[4], [4, 4]]]
-        """
-        if self._calls is None:
-            self._calls = {}
+        """From now on, an eager call (`tokenize`, `tokenize_with_offsets`, `tokenize_words`,
+        `words_with_offsets`, `pack`) and the task's work through `traced_calls` run traced
+        from their second time (`bertkit.model.traced_calls`). Outputs do not change."""
+        self.traced_calls.enable()
 
     @property
     def vocabulary_size(self) -> int:
@@ -196,12 +132,12 @@ class WordPieceTokenizer:
             )
 
     # ---- TensorFlow ops (graph-safe)
-    @_traced_when_repeated
+    @traced_method
     def tokenize(self, texts):
         """(batch,) strings -> (batch, (pieces)) int32 ragged ids."""
         return self.fast_tokenizer.tokenize(self.normalizer.normalize(texts))
 
-    @_traced_when_repeated
+    @traced_method
     def tokenize_with_offsets(self, texts):
         """(batch,) strings -> ids, start and end BYTE offsets, each (batch, (pieces)).
 
@@ -212,7 +148,7 @@ class WordPieceTokenizer:
         ids, starts, ends = self.fast_tokenizer.tokenize_with_offsets(normalized)
         return (ids, *alignment.source_offsets(starts, ends))
 
-    @_traced_when_repeated
+    @traced_method
     def tokenize_words(self, words, max_pieces: int | None = None):
         """(batch, (words)) strings -> (batch, (words), (pieces)) ids.
 
@@ -233,7 +169,7 @@ class WordPieceTokenizer:
         pieces = self.tokenize(words)
         return pieces if max_pieces is None else _clip_word_pieces(pieces, self.unk_id, max_pieces)
 
-    @_traced_when_repeated
+    @traced_method
     def words_with_offsets(self, texts, max_pieces: int | None = None):
         """(batch,) strings -> their words' pieces and start and end BYTE offsets.
 
@@ -274,7 +210,7 @@ class WordPieceTokenizer:
             by_text(tf.gather(ends.values, words.row_limits() - 1)),
         )
 
-    @_traced_when_repeated
+    @traced_method
     def pack(self, segments: list, sequence_length: int):
         """Truncates (longest first) and packs 1 or 2 ragged segments with [CLS]/[SEP].
 

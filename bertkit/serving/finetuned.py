@@ -96,7 +96,6 @@ class FineTunedModel:
         run = RunDirectory.open(run_dir)
         description = read_json(run.task_file, "task description")
         pretrained = load_architecture(run.model_dir)
-        pretrained.tokenizer.trace_repeated_calls()  # a loaded model serves many calls
         task = build_task(description, pretrained.tokenizer, run.task_file)
         model = task.build_model(pretrained.backbone)
         enable_lora(model, pretrained.backbone, description.get("lora"), description)
@@ -108,6 +107,7 @@ class FineTunedModel:
                 f"cannot read the model weights (truncated or corrupt file?): {problem}",
                 source=run.weights_file,
             ) from None
+        pretrained.tokenizer.trace_repeated_calls()  # a loaded model serves many small calls
         return cls(run, task, model, description)
 
     @property

@@ -94,11 +94,13 @@ def decode_answer_rows(
     end_candidates: list,
     max_answer_length: int = 30,
     n_best_size: int = 20,
+    traced_calls=None,
 ) -> dict[str, np.ndarray]:
     """`decode_answer_spans` for rows of different lengths, NumPy in and out.
 
     The rows (one 1-D array each, as `Features` keep them) are padded to the
-    longest with zero logits and False candidates.
+    longest with zero logits and False candidates. With `traced_calls` (a task's
+    `bertkit.model.traced_calls.TracedCalls`), a repeated decoding runs traced.
 
     Example:
         >>> spans = decode_answer_rows([np.array([0.0, 1.0, 5.0])], [np.array([0.0, 2.0, 1.0])],
@@ -115,15 +117,19 @@ def decode_answer_rows(
             array[i, : len(row)] = row
         return tf.constant(array)
 
-    spans = decode_answer_spans(
+    tensors = (
         padded(start_logits, np.float32),
         padded(end_logits, np.float32),
         tf.constant(example_ids, tf.int32),
         padded(start_candidates, bool),
         padded(end_candidates, bool),
-        max_answer_length,
-        n_best_size,
     )
+    decode = lambda rows: decode_answer_spans(*rows, max_answer_length, n_best_size)  # noqa: E731
+    if traced_calls is None:
+        spans = decode(tensors)
+    else:
+        name = f"decode_answer_spans({max_answer_length}, {n_best_size})"
+        spans = traced_calls(name, decode, tensors)
     return {name: value.numpy() for name, value in spans.items()}
 
 

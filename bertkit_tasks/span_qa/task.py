@@ -176,6 +176,7 @@ class SpanQATask(Task):
                 [extras["ends_ok"][row] for row in rows],
                 self.options.max_answer_length,
                 self.options.n_best_size,
+                self.tokenizer.traced_calls,
             )
             predictions += [
                 self._prediction(examples[i], extras, rows, spans, i - first)

@@ -231,11 +231,12 @@ class TaggingTask(Task):
         probabilities = tag_decoding.word_probabilities(
             outputs["logits"], features.extras["read_at"], len(self.labels)
         )
-        chosen = tag_decoding.choose_tags(
-            tag_decoding.sentence_batch(probabilities, len(self.labels)), self.allowed_transitions
+        chosen, chunks = self.tokenizer.traced_calls(  # named by all its graph depends on
+            f"decode_tags({self.labels}, {self.options.decoding}, {self.options.scheme})",
+            self._decode_tags,
+            tag_decoding.sentence_batch(probabilities, len(self.labels)),
         )
         tag_ids = [np.array(row, dtype=np.int64) for row in chosen.to_list()]
-        chunks = tag_decoding.decode_chunks(chosen, *tag_decoding.chunk_tables(self.labels))
         return [
             self._prediction(*row)
             for row in zip(
@@ -247,6 +248,13 @@ class TaggingTask(Task):
                 strict=True,
             )
         ]
+
+    def _decode_tags(self, probabilities):
+        """`[batch, (words), labels]` probabilities -> each word's label id and the chunks."""
+        from bertkit_tasks.tagging import decoding as tag_decoding
+
+        chosen = tag_decoding.choose_tags(probabilities, self.allowed_transitions)
+        return chosen, tag_decoding.decode_chunks(chosen, *tag_decoding.chunk_tables(self.labels))
 
     def _prediction(self, example, chars, tag_ids, probabilities, types, starts, ends) -> dict:
         chosen = probabilities[np.arange(len(tag_ids)), tag_ids]  # (words,)

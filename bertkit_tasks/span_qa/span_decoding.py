@@ -99,8 +99,9 @@ def decode_answer_rows(
     """`decode_answer_spans` for rows of different lengths, NumPy in and out.
 
     The rows (one 1-D array each, as `Features` keep them) are padded to the
-    longest with zero logits and False candidates. With `traced_calls` (a task's
-    `bertkit.model.traced_calls.TracedCalls`), a repeated decoding runs traced.
+    longest with zero logits and False candidates. With `traced_calls` (a
+    `bertkit.model.traced_calls.TracedCalls`: the task tokenizer's), a repeated decoding
+    runs traced where it is on.
 
     Example:
         >>> spans = decode_answer_rows([np.array([0.0, 1.0, 5.0])], [np.array([0.0, 2.0, 1.0])],

@@ -76,7 +76,11 @@ def test_a_second_identical_run_compiles_nothing(tmp_path):
     assert first["from_cache"] == first["precompiled"]["programs"]
     assert second["programs"] == first["programs"]  # train, evaluate, predict: each shape
     assert second["from_cache"] == second["programs"]  # ... read from the cache
-    assert second["seconds"] <= 0.2 * first["seconds"], records
+    # Reading a program back costs about 30 ms here whatever its size, and this tiny model
+    # compiles in about 4 s: the second run's 28 reads measured 15-25% of the first run's
+    # compile seconds on a busy 2-core CPU (a real model's compile dwarfs them). That no
+    # program was compiled is `from_cache` above; this bounds the time the reads take.
+    assert second["seconds"] <= 0.35 * first["seconds"], records
     assert any((tmp_path / "xla").iterdir())
 
 

@@ -93,6 +93,7 @@ class Check:
         work: Path,
         torch_python: str | None,
         budget: float | None,
+        skip: tuple[str, ...] = (),
     ):
         self.carry, self.shape, self.out, self.work = carry, shape, out, work
         self.started, self.limits = time.time(), TIMEOUTS[shape]
@@ -108,6 +109,7 @@ class Check:
         self.torch_missing = missing_torch(self.torch[0], self.stock_env)
         self.checkpoint = work / f"bert-{shape}"
         self.settings, self.results = SETTINGS[shape], {}
+        self.skip = skip
 
     def run(self) -> dict:
         """Every stage, then the table printed and written under `out`."""
@@ -121,6 +123,8 @@ class Check:
 
     def stage(self, key, argv, timeout, skip=None, collect=None) -> dict:
         label = dict(ROWS)[key].format(*self.settings["sequence_lengths"])
+        if any(key.startswith(prefix) for prefix in self.skip):
+            skip = "left out (--skip)"
         # transformers runs in the machine's own environment, without the carry's wheels
         stage = Stage(
             key,
@@ -420,6 +424,15 @@ def main() -> None:
     sub.add_argument(
         "--budget", type=float, help="seconds for all stages (default: 450 for base, 1800 for tiny)"
     )
+    sub.add_argument(
+        "--skip",
+        nargs="+",
+        default=(),
+        metavar="STAGE",
+        help="stages left out, by their key or its start: "
+        + ", ".join(key for key, _ in ROWS)
+        + " (e.g. --skip matmul_torch finetune_conll)",
+    )
     args = parser.parse_args()
     if args.command == "prepare":
         from carry import PRESET, prepare
@@ -459,6 +472,7 @@ def main() -> None:
         work.resolve(),
         args.torch_python,
         args.budget,
+        tuple(args.skip),
     ).run()
 
 

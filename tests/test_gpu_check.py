@@ -93,6 +93,18 @@ def test_run_refuses_a_folder_that_is_no_carry(tmp_path):
     assert "is not a carry folder (no manifest.json" in done.stderr
 
 
+def test_skip_leaves_stages_out_by_key_or_its_start(tmp_path):
+    carry, out = tmp_path / "carry", tmp_path / "out"
+    carry.mkdir()
+    (carry / "manifest.json").write_text("{}")
+    skip = ["matmul_torch", "checkpoint", "hf_steps", "bertkit_steps", "finetune", "hf_sst2"]
+    gpu_check("run", "--carry", carry, "--shape", "tiny", "--out", out, "--skip", *skip)
+    results = json.loads((out / "gpu_check.json").read_text())["results"]
+    assert results.pop("matmul_jax")["status"] == "ok"
+    assert {record["status"] for record in results.values()} == {"skipped: left out (--skip)"}
+    assert len(results) == 9
+
+
 def test_a_stage_past_its_time_is_a_row_and_the_next_runs(tmp_path):
     runner = Runner(tmp_path / "logs", None, tmp_path, deadline=float("inf"))
     slow = runner.run(

@@ -1,0 +1,237 @@
+"""Where a training step of bertkit's model spends its time on a GPU (issue 30, item 3).
+
+Runs `jax_train_throughput.py`'s model (keras-hub BertBackbone, bertkit's head and AdamW,
+mixed_bfloat16) on synthetic full-length rows, one variant per process so that no setting
+leaks into the next, and prints one table:
+
+    on_batch     `train_on_batch` per step (the GPU check's "bertkit steps" row): the host
+                 waits for every step
+    fit          Keras `fit` on in-memory arrays: steps are dispatched ahead; also traced
+                 with jax.profiler, the device's kernel time per step and the costliest
+                 XLA ops written out
+    no_dropout   `fit` with every dropout rate 0 (what dropout's random bits cost)
+
+    python benchmarks/gpu/profile_step.py --shape base --out $OUT      # on the GPU
+    python benchmarks/gpu/profile_step.py --shape tiny --out /tmp/prof  # CPU dry run
+
+`--dump-hlo` writes the optimized HLO of the first traced variant as one .tar.gz, so that
+the op names of the profile can be read against the program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULT = "PROFILE_STEP_RESULT "
+
+# (variant, sequence length) on a GPU; a CPU dry run (--shape tiny) runs each variant at 32
+PLAN = [
+    ("fit", 128),
+    ("fit", 384),
+    ("on_batch", 384),
+    ("no_dropout", 384),
+]
+
+
+def worker(args) -> None:
+    """One variant in this process; prints one result line."""
+    sys.modules["tensorflow"] = None
+    os.environ["KERAS_BACKEND"] = "jax"
+    import jax
+    import keras
+    import numpy as np
+
+    sys.path.insert(1, str(HERE.parent))
+    from jax_train_throughput import SHAPES, build_model, training_flops_per_sequence
+
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    shape = dict(SHAPES[args.shape])
+    if args.variant == "no_dropout":
+        shape["dropout"] = 0.0
+    batch, length = args.batch_size, args.sequence_length
+    model = build_model(shape, length)
+    rng = np.random.default_rng(0)
+    rows = batch * args.steps
+    x = {
+        "token_ids": rng.integers(1000, 30000, (rows, length), np.int32),
+        "segment_ids": np.zeros((rows, length), np.int32),
+        "padding_mask": np.ones((rows, length), np.int32),
+    }
+    y = rng.integers(0, 2, rows).astype(np.int32)
+
+    def wait():
+        keras.ops.convert_to_numpy(model.trainable_variables[0])
+
+    started = time.perf_counter()
+    if args.variant == "on_batch":
+        one = ({k: v[:batch] for k, v in x.items()}, y[:batch])
+        for _ in range(args.warmup):
+            model.train_on_batch(*one)
+        wait()
+        warm = time.perf_counter() - started
+        started = time.perf_counter()
+        for _ in range(args.steps):
+            loss = model.train_on_batch(*one)
+        float(np.asarray(loss))
+    else:
+        head = {k: v[: batch * args.warmup] for k, v in x.items()}
+        model.fit(head, y[: batch * args.warmup], batch_size=batch, epochs=1, verbose=0)
+        wait()
+        warm = time.perf_counter() - started
+        started = time.perf_counter()
+        model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
+        wait()
+    seconds = time.perf_counter() - started
+    result = {
+        "variant": args.variant,
+        "sequence_length": length,
+        "batch_size": batch,
+        "step_ms": 1000 * seconds / args.steps,
+        "sequences_per_second": rows / seconds,
+        "tflops": rows / seconds * training_flops_per_sequence(SHAPES[args.shape], length) / 1e12,
+        "compile_and_warmup_seconds": warm,
+        "device": str(jax.devices()[0].device_kind),
+    }
+    if args.trace:
+        result["trace"] = trace(model, x, y, batch, args.trace_steps, Path(args.trace))
+    print(RESULT + json.dumps(result), flush=True)
+
+
+def trace(model, x, y, batch, steps, out: Path) -> dict:
+    """`steps` fit steps under jax.profiler; the device's busy time per step and its
+    costliest ops, aggregated with jax.profiler.ProfileData (no TensorBoard needed)."""
+    import jax
+    from jax.profiler import ProfileData
+
+    rows = batch * steps
+    part = {k: v[:rows] for k, v in x.items()}
+    folder = tempfile.mkdtemp(prefix="bertkit-trace-")
+    started = time.perf_counter()
+    with jax.profiler.trace(folder):
+        model.fit(part, y[:rows], batch_size=batch, epochs=1, verbose=0, shuffle=False)
+        jax.numpy.asarray(model.trainable_variables[0].value).block_until_ready()
+    wall = time.perf_counter() - started
+    files = glob.glob(f"{folder}/**/*.xplane.pb", recursive=True)
+    raw = Path(files[0]).read_bytes()
+    if len(raw) < 40 * 2**20:  # kept (compressed) for a closer look, where it fits
+        out.with_suffix(".xplane.pb.gz").write_bytes(gzip.compress(raw))
+    data = ProfileData.from_serialized_xspace(raw)
+    devices = [plane for plane in data.planes if plane.name.startswith("/device:")]
+    lines = {}
+    for plane in devices or [p for p in data.planes if p.name == "/host:CPU"]:
+        for line in plane.lines:
+            totals, counts = collections.Counter(), collections.Counter()
+            for event in line.events:
+                totals[event.name] += event.duration_ns / 1e6
+                counts[event.name] += 1
+            if totals:
+                lines[f"{plane.name} | {line.name}"] = {
+                    "ms_per_step": sum(totals.values()) / steps,
+                    "events_per_step": sum(counts.values()) / steps,
+                    "top": [
+                        (name, round(ms / steps, 4), counts[name] // max(steps, 1))
+                        for name, ms in totals.most_common(60)
+                    ],
+                }
+    return {"wall_ms_per_step": 1000 * wall / steps, "lines": lines}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=["base", "tiny"], default="base")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "profile-out")))
+    parser.add_argument("--dump-hlo", action="store_true")
+    parser.add_argument("--timeout", type=float, default=120, help="seconds per variant")
+    parser.add_argument("--variant", help=argparse.SUPPRESS)  # a worker's
+    parser.add_argument("--sequence-length", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--batch-size", type=int, default=32, help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, default=30, help=argparse.SUPPRESS)
+    parser.add_argument("--warmup", type=int, default=3, help=argparse.SUPPRESS)
+    parser.add_argument("--trace", help=argparse.SUPPRESS)
+    parser.add_argument("--trace-steps", type=int, default=8, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.variant:
+        return worker(args)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    plan = (
+        PLAN
+        if args.shape == "base"
+        else [(variant, 32) for variant in ("fit", "on_batch", "no_dropout")]
+    )
+    small = ["--batch-size", "4", "--steps", "3", "--warmup", "1", "--trace-steps", "2"]
+    results, dumped = [], False
+    for variant, length in plan:
+        argv = [sys.executable, __file__, "--shape", args.shape, "--variant", variant]
+        argv += ["--sequence-length", str(length)] + (small if args.shape == "tiny" else [])
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+        dump = None
+        if variant == "fit":
+            argv += ["--trace", str(args.out / f"trace_{variant}_{length}")]
+            longest = max(n for v, n in plan if v == "fit")
+            if args.dump_hlo and not dumped and length == longest:
+                dump, dumped = tempfile.mkdtemp(prefix="bertkit-hlo-"), True
+                env["XLA_FLAGS"] = (
+                    f"{env.get('XLA_FLAGS', '')} --xla_dump_to={dump} --xla_dump_hlo_as_text"
+                ).strip()
+        print(f"--- {variant} seq {length}", flush=True)
+        started = time.perf_counter()
+        try:
+            done = subprocess.run(
+                argv, env=env, capture_output=True, text=True, timeout=args.timeout
+            )
+            log = done.stdout + done.stderr
+            found = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
+            result = (
+                json.loads(found[-1][len(RESULT) :])
+                if found
+                else {"variant": variant, "sequence_length": length, "failed": log[-1500:]}
+            )
+        except subprocess.TimeoutExpired as expired:
+            log = str(expired.stdout or "") + str(expired.stderr or "")
+            result = {"variant": variant, "sequence_length": length, "failed": "timed out"}
+        result["process_seconds"] = round(time.perf_counter() - started, 1)
+        result["log_tail"] = log[-6000:]
+        results.append(result)
+        print(json.dumps({k: v for k, v in result.items() if k not in ("trace", "log_tail")}))
+        for name, line in (result.get("trace") or {}).get("lines", {}).items():
+            print(
+                f"  {name}: {line['ms_per_step']:.2f} ms/step, {line['events_per_step']:.0f} events"
+            )
+            for op, ms, count in line["top"][:12]:
+                print(f"    {ms:8.3f} ms x{count:<4d} {op[:90]}")
+        if dump:
+            with tarfile.open(args.out / "hlo.tar.gz", "w:gz") as archive:
+                for path in Path(dump).iterdir():
+                    if path.name.endswith("train_step.gpu_after_optimizations.txt") or (
+                        path.name.endswith("train_step.cpu_after_optimizations.txt")
+                    ):
+                        archive.add(path, arcname=path.name)
+    (args.out / "profile_step.json").write_text(json.dumps(results, indent=1))
+    print("\n| variant | seq | step ms | seq/s | TFLOP/s | device busy ms/step (busiest line) |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        busy = max(
+            (line["ms_per_step"] for line in (r.get("trace") or {}).get("lines", {}).values()),
+            default=None,
+        )
+        print(
+            f"| {r['variant']} | {r['sequence_length']} | {r.get('step_ms', 0):.1f} | "
+            f"{r.get('sequences_per_second', 0):.0f} | {r.get('tflops', 0):.1f} | {busy} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

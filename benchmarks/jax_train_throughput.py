@@ -43,12 +43,14 @@ def training_flops_per_sequence(shape: dict, sequence_length: int) -> float:
 def build_model(shape: dict, sequence_length: int):
     import keras_hub
 
+    from bertkit.model.architecture import prepare_layers
     from bertkit.recipes.recipe import TrainingConfig
     from bertkit.training.optimization import make_optimizer
 
     backbone = keras_hub.models.BertBackbone(
         vocabulary_size=30522, max_sequence_length=512, **shape
     )
+    prepare_layers(backbone, "gelu")  # as bertkit loads a Hugging Face checkpoint
     logits = keras.layers.Dense(2, name="classifier")(backbone.output["pooled_output"])
     model = keras.Model(backbone.input, logits)
     model.compile(

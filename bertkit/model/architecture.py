@@ -42,6 +42,16 @@ def gelu_exact(x):
     return keras.activations.gelu(x, approximate=False)
 
 
+def prepare_layers(backbone, hidden_act: str) -> None:
+    """What bertkit changes in keras-hub's `BertBackbone` after building it: the GELU the
+    checkpoint was trained with, and a segment embedding whose gradient is fast on GPUs
+    (`bertkit.model.segment_embedding`). Neither changes a variable."""
+    from bertkit.model.segment_embedding import use_sum_over_rows
+
+    set_activation(backbone, hidden_act)
+    use_sum_over_rows(backbone)
+
+
 def set_activation(backbone, hidden_act: str) -> None:
     """Uses the GELU variant the checkpoint was trained with in every encoder layer."""
     if hidden_act not in _EXACT_GELU:
@@ -70,7 +80,7 @@ def load_architecture(directory) -> PretrainedBackbone:
     if not isinstance(config, dict) or not isinstance(config.get("hidden_act"), str):
         raise UserError("lacks 'hidden_act' (the feed-forward activation)", source=path)
     backbone = _backbone_from_config(config.get("bert_backbone"), path)
-    set_activation(backbone, config["hidden_act"])
+    prepare_layers(backbone, config["hidden_act"])
     return PretrainedBackbone(backbone, WordPieceTokenizer.load(directory), config["hidden_act"])
 
 

@@ -32,6 +32,7 @@ from bertkit.model.architecture import (  # noqa: F401 (public here too)
     PretrainedBackbone,
     gelu_exact,
     load_architecture,
+    prepare_layers,
     save_architecture,
     set_activation,
 )
@@ -55,7 +56,7 @@ def load_pretrained(
         loaded = _load_named_preset(preset, source)
     _check_sequence_length(loaded.backbone, sequence_length, source)
     loaded.tokenizer = _with_lowercase(loaded.tokenizer, lowercase, preset, source)
-    set_activation(loaded.backbone, loaded.hidden_act)
+    prepare_layers(loaded.backbone, loaded.hidden_act)
     return loaded
 
 

@@ -72,16 +72,15 @@ def matmul(args) -> None:
 
 def steps(args) -> None:
     import keras
-    from jax_train_throughput import build_model, synthetic_batches, time_fit
+    from jax_train_throughput import build_model, synthetic_rows, time_fit
 
     settings = SETTINGS[args.shape]
     keras.config.set_dtype_policy("mixed_bfloat16")
     started = time.perf_counter()
     model = build_model(SHAPES[args.shape], args.sequence_length)
-    batches = synthetic_batches(
-        settings["batch_size"], args.sequence_length, settings["warmup"] + settings["steps"]
-    )
-    seconds = time_fit(model, batches, settings["warmup"])
+    batch = settings["batch_size"]
+    inputs, labels = synthetic_rows(batch * settings["steps"], args.sequence_length)
+    seconds = time_fit(model, inputs, labels, batch, settings["warmup"])
     report(
         sequences_per_second=settings["steps"] * settings["batch_size"] / seconds,
         step_ms=1000 * seconds / settings["steps"],

@@ -10,6 +10,9 @@ leaks into the next, and prints one table:
                  with jax.profiler, the device's kernel time per step and the costliest
                  XLA ops written out
     no_dropout   `fit` with every dropout rate 0 (what dropout's random bits cost)
+    keras_segment_lookup
+                 `fit` with keras-hub's own segment-embedding lookup, whose gradient is a
+                 scatter-add (bertkit.model.segment_embedding says why bertkit replaces it)
 
     python benchmarks/gpu/profile_step.py --shape base --out $OUT      # on the GPU
     python benchmarks/gpu/profile_step.py --shape tiny --out /tmp/prof  # CPU dry run
@@ -39,8 +42,9 @@ RESULT = "PROFILE_STEP_RESULT "
 # (variant, sequence length) on a GPU; a CPU dry run (--shape tiny) runs each variant at 32
 PLAN = [  # the most telling first: a time limit cuts the last
     ("fit", 384),
-    ("no_dropout", 384),
     ("fit", 128),
+    ("no_dropout", 384),
+    ("keras_segment_lookup", 384),
     ("on_batch", 384),
 ]
 
@@ -54,7 +58,13 @@ def worker(args) -> None:
     import numpy as np
 
     sys.path.insert(1, str(HERE.parent))
-    from jax_train_throughput import SHAPES, build_model, training_flops_per_sequence
+    from jax_train_throughput import (
+        SHAPES,
+        build_model,
+        synthetic_rows,
+        time_fit,
+        training_flops_per_sequence,
+    )
 
     keras.config.set_dtype_policy("mixed_bfloat16")
     shape = dict(SHAPES[args.shape])
@@ -62,38 +72,25 @@ def worker(args) -> None:
         shape["dropout"] = 0.0
     batch, length = args.batch_size, args.sequence_length
     model = build_model(shape, length)
-    rng = np.random.default_rng(0)
+    if args.variant == "keras_segment_lookup":
+        del model.get_layer("segment_embedding").call  # back to keras.layers.Embedding.call
     rows = batch * args.steps
-    x = {
-        "token_ids": rng.integers(1000, 30000, (rows, length), np.int32),
-        "segment_ids": np.zeros((rows, length), np.int32),
-        "padding_mask": np.ones((rows, length), np.int32),
-    }
-    y = rng.integers(0, 2, rows).astype(np.int32)
-
-    def wait():
-        keras.ops.convert_to_numpy(model.trainable_variables[0])
-
+    x, y = synthetic_rows(rows, length)
     started = time.perf_counter()
     if args.variant == "on_batch":
         one = ({k: v[:batch] for k, v in x.items()}, y[:batch])
         for _ in range(args.warmup):
             model.train_on_batch(*one)
-        wait()
+        keras.ops.convert_to_numpy(model.trainable_variables[0])
         warm = time.perf_counter() - started
         started = time.perf_counter()
         for _ in range(args.steps):
             loss = model.train_on_batch(*one)
         float(np.asarray(loss))
+        seconds = time.perf_counter() - started
     else:
-        head = {k: v[: batch * args.warmup] for k, v in x.items()}
-        model.fit(head, y[: batch * args.warmup], batch_size=batch, epochs=1, verbose=0)
-        wait()
-        warm = time.perf_counter() - started
-        started = time.perf_counter()
-        model.fit(x, y, batch_size=batch, epochs=1, verbose=0, shuffle=False)
-        wait()
-    seconds = time.perf_counter() - started
+        seconds = time_fit(model, x, y, batch, args.warmup)
+        warm = time.perf_counter() - started - seconds
     result = {
         "variant": args.variant,
         "sequence_length": length,
@@ -172,7 +169,7 @@ def main() -> None:
     plan = (
         PLAN
         if args.shape == "base"
-        else [(variant, 32) for variant in ("fit", "on_batch", "no_dropout")]
+        else list(dict.fromkeys((variant, 32) for variant, _ in PLAN if variant != "no_dropout"))
     )
     small = ["--batch-size", "4", "--steps", "3", "--warmup", "1", "--trace-steps", "2"]
     results, dumped = [], False

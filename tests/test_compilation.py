@@ -96,10 +96,17 @@ def test_the_cache_folder_setting(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "order, packing, micro_batches",
-    [("length_buckets", False, 1), ("random", False, 2), ("random", True, 1)],
+    "order, packing, micro_batches, row_multiple",
+    [
+        ("length_buckets", False, 1, 1),
+        ("random", False, 2, 1),
+        ("random", True, 1, 1),
+        ("length_buckets", False, 1, 32),  # full batches, as on an accelerator
+    ],
 )
-def test_the_shapes_found_ahead_are_every_shape_the_epochs_make(order, packing, micro_batches):
+def test_the_shapes_found_ahead_are_every_shape_the_epochs_make(
+    order, packing, micro_batches, row_multiple
+):
     from bertkit.batching.packing import packed_row_counts
     from bertkit.batching.plan import BatchPlan
     from bertkit.padding import padding_lengths
@@ -125,6 +132,7 @@ def test_the_shapes_found_ahead_are_every_shape_the_epochs_make(order, packing, 
         micro_batches=micro_batches,
         packing=packing,
         packed_row_counts=packed_row_counts(32) if packing else None,
+        row_multiple=row_multiple,
     )
     batches = plan.training_batches(Passthrough(), features)
     made = set()
@@ -138,3 +146,59 @@ def test_the_shapes_found_ahead_are_every_shape_the_epochs_make(order, packing, 
     }
     assert representatives == made and len(found) == len(made)
     assert step_shapes(batches, range(1)).keys() <= found.keys()
+    if row_multiple > 1:  # 301 rows: no short last step, so one shape a width
+        assert {shape[0] for shape, _ in made} == {row_multiple}
+        assert len(made) == len({shape[1] for shape, _ in made})
+
+
+def test_on_an_accelerator_short_batches_are_filled_to_full_ones(monkeypatch, tmp_path):
+    """One program fewer for the last training step and the last evaluation batch: their
+    filler rows weigh nothing and their outputs are dropped."""
+    import bertkit.parallel.distribution as distribution
+    from bertkit.recipes.recipe import load_recipe
+    from bertkit.serving.inference import model_inputs
+    from bertkit.task import Features
+    from bertkit.training.run_steps import batch_plan
+
+    recipe_path = tmp_path / "recipe.yaml"
+    recipe_path.write_text(
+        yaml.safe_dump(
+            {
+                "schema": 1,
+                "task": "classification",
+                "backbone": {
+                    "preset": str(write_tiny_checkpoint(tmp_path / "c")),
+                    "sequence_length": 32,
+                },
+                "data": {"train": "train.tsv"},
+                "training": {"batch_size": 8, "jit_compile": True},
+            }
+        )
+    )
+    recipe = load_recipe(recipe_path)
+    assert batch_plan(recipe).row_multiple == 1  # this CPU
+    monkeypatch.setattr(distribution, "on_accelerator", lambda: True)
+    plan = batch_plan(recipe)
+    assert plan.row_multiple == 8
+
+    lengths = np.arange(3, 23)  # 20 rows: two full batches of 8 and one of 4
+    features = Features(
+        columns={"token_ids": [np.ones(n, np.int32) for n in lengths]},
+        example_index=np.arange(len(lengths)),
+    )
+
+    class Passthrough:
+        def make_batch(self, batch, training, rng):
+            rows = len(batch["row_index"])
+            return {"token_ids": batch["token_ids"]}, np.ones(rows), None
+
+    batches = plan.training_batches(Passthrough(), features)
+    steps = list(batches)
+    assert [len(step[1]) for step in steps] == [8, 8, 8]
+    weights = [np.asarray(step[2]) for step in steps]
+    assert sorted(int((w > 0).sum()) for w in weights) == [4, 8, 8]  # filler rows weigh 0
+    inference = [
+        inputs["token_ids"].shape[0]
+        for _, _, inputs in model_inputs(Passthrough(), features, 8, (32,))
+    ]
+    assert inference == [8, 8, 8]

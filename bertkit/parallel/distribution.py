@@ -19,6 +19,7 @@ a micro-batch, an inference batch) gets filler rows of weight 0, see
 from __future__ import annotations
 
 import contextlib
+import math
 
 from bertkit.errors import UserError
 
@@ -34,6 +35,34 @@ def devices_sharing_a_batch() -> int:
         return 1
     mesh = distribution.device_mesh
     return int(mesh.shape[mesh.axis_names.index(distribution.batch_dim_name)])
+
+
+def on_accelerator() -> bool:
+    """Whether Keras computes on GPUs or TPUs (JAX's default backend; TensorFlow's GPUs)."""
+    import keras
+
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.default_backend() != "cpu"
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return bool(tf.config.list_logical_devices("GPU"))
+    return False
+
+
+def full_batch_rows(batch_rows: int) -> int:
+    """The multiple a batch's row count is filled to (with filler rows of weight 0; their
+    outputs are dropped): the devices sharing it, and on an accelerator all `batch_rows`.
+
+    Why on an accelerator: each new input shape compiles a program there (20-35 s for
+    BERT-base on a GPU), and the short last batch of an epoch or of an evaluation is
+    such a shape; computing its filler rows once costs a few milliseconds. On a CPU,
+    computing them costs more than compiling a small program, so short batches stay.
+    """
+    devices = devices_sharing_a_batch()
+    return math.lcm(devices, batch_rows) if on_accelerator() else devices
 
 
 def data_parallel_devices(training, source: str | None = None) -> list[str] | None:

@@ -7,7 +7,7 @@ import weakref
 import numpy as np
 
 from bertkit.padding import compiles_each_shape, fill_rows, inference_batches, pad_batch
-from bertkit.parallel.distribution import devices_sharing_a_batch
+from bertkit.parallel.distribution import full_batch_rows
 from bertkit.parallel.global_batch import predict_global_batch
 from bertkit.task import Features
 
@@ -44,10 +44,11 @@ def predict_rows(task, model, features: Features, batch_size: int, buckets, prog
 
 def model_inputs(task, features: Features, batch_size: int, buckets):
     """`(rows, padded batch, model inputs)` of each inference batch over `features`: rows
-    sorted by length, padded to `buckets`, filled to a multiple of the devices."""
-    devices = devices_sharing_a_batch()
+    sorted by length, padded to `buckets`, filled to a multiple of the devices (on an
+    accelerator, to `batch_size`: see `full_batch_rows`)."""
+    multiple = full_batch_rows(batch_size)
     for rows in inference_batches(features.lengths(), batch_size):
-        batch = pad_batch(features, fill_rows(rows, devices), buckets)
+        batch = pad_batch(features, fill_rows(rows, multiple), buckets)
         inputs, _, _ = task.make_batch(batch, training=False, rng=None)
         yield rows, batch, inputs
 

@@ -26,6 +26,8 @@ import time
 
 import numpy as np
 
+from bertkit.padding import fill_rows
+
 
 def compile_programs(built, epochs: range, phases) -> dict | None:
     """Every training and validation program of `epochs` of `built` (a
@@ -63,6 +65,7 @@ def step_shapes(batches, epochs: range) -> dict[tuple, tuple[int, int]]:
     first: dict[tuple, tuple[int, int]] = {}
     for epoch in epochs:
         for step, rows in enumerate(batches.step_rows(epoch)):
+            rows = fill_rows(rows, batches.row_multiple)  # as the step is made
             key = batches.layout.step_shape(batches.lengths[rows])
             first.setdefault(key, (epoch, step))
     return first

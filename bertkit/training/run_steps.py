@@ -133,14 +133,17 @@ def batch_plan(recipe: Recipe, buckets=None):
     import keras
 
     from bertkit.batching.plan import BatchPlan
-    from bertkit.parallel.distribution import devices_sharing_a_batch
+    from bertkit.parallel.distribution import devices_sharing_a_batch, full_batch_rows
 
-    compiles = bool(jit_compile_setting(recipe.training.jit_compile))
+    training = recipe.training
+    compiles = bool(jit_compile_setting(training.jit_compile))
+    compiles = compiles or keras.backend.backend() == "jax"
+    rows = devices_sharing_a_batch()
+    # packed steps and micro-batches (parts split by length) have row counts of their own
+    if compiles and not training.packing and training.micro_batches == 1:
+        rows = full_batch_rows(training.batch_size)
     return BatchPlan.from_recipe(
-        recipe,
-        compiles_each_shape=compiles or keras.backend.backend() == "jax",
-        row_multiple=devices_sharing_a_batch(),
-        buckets=buckets,
+        recipe, compiles_each_shape=compiles, row_multiple=rows, buckets=buckets
     )
 
 

@@ -17,7 +17,7 @@ leaks into the next, and prints one table:
     python benchmarks/gpu/profile_step.py --shape base --out $OUT      # on the GPU
     python benchmarks/gpu/profile_step.py --shape tiny --out /tmp/prof  # CPU dry run
 
-`--dump-hlo` writes the optimized HLO of the first traced variant as one .tar.gz, so that
+`--dump-hlo` writes the optimized HLO of `fit` at the longest length as one .tar.gz, so that
 the op names of the profile can be read against the program.
 """
 

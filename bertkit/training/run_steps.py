@@ -172,9 +172,9 @@ def jit_compile_setting(setting):
     import keras
 
     if keras.backend.backend() == "tensorflow":
-        import tensorflow as tf
+        from bertkit.parallel.distribution import on_accelerator
 
-        return bool(tf.config.list_logical_devices("GPU"))
+        return on_accelerator()  # TensorFlow's GPUs
     return keras.backend.backend() == "jax"
 
 

@@ -10,7 +10,9 @@ import bertkit
 from bertkit.errors import UserError
 from bertkit.recipes.recipe import TrainingConfig
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+from bertkit.training.callbacks import TrackRun
 from bertkit.training.optimization import BertAdamW, make_optimizer
+from bertkit.training.validation import ValidationSplit
 
 
 def recipe(tmp_path, **training):
@@ -30,7 +32,7 @@ def recipe(tmp_path, **training):
     }
 
 
-def test_bfloat16_accumulation_and_early_stopping(tmp_path):
+def test_bfloat16_accumulation_and_early_stopping(tmp_path, monkeypatch):
     spec = recipe(
         tmp_path,
         learning_rate=1e-9,
@@ -40,9 +42,15 @@ def test_bfloat16_accumulation_and_early_stopping(tmp_path):
     )
     model = bertkit.finetune(spec, output_dir=tmp_path / "run", verbose=0)
     epochs = json.loads((tmp_path / "run" / "metrics.json").read_text())["epochs"]
-    assert len(epochs) == 2  # nothing improves with a vanishing learning rate: stop after 1 more
+    # Nothing improves with a vanishing learning rate, and accuracy stays at the majority
+    # class's 0.5: the patience waits for the metric to leave that floor, so all 5 epochs run.
+    assert [e["val_accuracy"] for e in epochs] == [0.5] * 5
     assert keras.config.dtype_policy().name == "float32"  # the process-wide policy is restored
     assert model.predict(["good film"])[0]["label"] in {"positive", "negative"}
+    monkeypatch.setattr(ValidationSplit, "floor", lambda self: None)  # a task without a floor
+    bertkit.finetune(spec, output_dir=tmp_path / "run2", verbose=0)
+    epochs = json.loads((tmp_path / "run2" / "metrics.json").read_text())["epochs"]
+    assert len(epochs) == 2  # stops after 1 epoch without a better metric
 
 
 def test_mirrored_strategy_refuses_gradient_accumulation(tmp_path):
@@ -116,3 +124,19 @@ def test_adam_epsilon_reaches_the_optimizer():
     assert make_optimizer(TrainingConfig(epochs=1), 10).epsilon == 1e-6  # BERT's value
     optimizer = make_optimizer(TrainingConfig(epochs=1, adam_epsilon=1e-8), 10)
     assert optimizer.epsilon == 1e-8  # transformers' TrainingArguments default
+
+
+def test_patience_counts_once_the_metric_beats_the_learned_nothing_floor():
+    def epochs(*values):
+        return [{"epoch": e, "val_f1": v} for e, v in enumerate(values, 1)]
+
+    stuck = epochs(0.0, 0.0, 0.0, 0.0)  # entity F1 0: every word tagged O
+    assert TrackRun(None, "val_f1", "max", 3, stuck).patience_ran_out(stuck[-1])
+    assert not TrackRun(None, "val_f1", "max", 3, stuck, floor=0.0).patience_ran_out(stuck[-1])
+    left = epochs(0.0, 0.0, 0.0, 0.0, 0.2, 0.1, 0.1, 0.1)
+    track = TrackRun(None, "val_f1", "max", 3, left, floor=0.0)
+    assert not track.patience_ran_out(left[-2]) and track.patience_ran_out(left[-1])
+    losses = [{"epoch": e, "val_loss": v} for e, v in enumerate((0.7, 0.7, 0.7), 1)]
+    lower = TrackRun(None, "val_loss", "min", 2, losses, floor=0.7)
+    assert not lower.patience_ran_out(losses[-1])
+    assert TrackRun(None, "val_loss", "min", 2, losses, floor=0.8).patience_ran_out(losses[-1])

@@ -127,7 +127,8 @@ class TrainingConfig:
         default=None,
         metadata={
             "min": 1,
-            "help": "stop after this many epochs without a better validation metric",
+            "help": "stop after this many epochs without a better validation metric, "
+            "counted once it beats the task's learned-nothing baseline (e.g. entity F1 0)",
         },
     )
     distribution: Literal["auto", "one_device", "data_parallel", "mirrored"] = _field(

@@ -123,6 +123,11 @@ class TrackRun(keras.callbacks.Callback):
     trainer keeps that epoch's validation outputs). `weights_of`: the model whose
     weights are saved, when it is not the one `fit` trains (a packed training model
     shares the task model's weights).
+
+    `floor`: the monitor's value for a model that learned nothing (the task's
+    `baseline`, e.g. entity F1 0 for tagging every word O). The patience counts only
+    once the best epoch beats it: on small data the validation metric can sit at the
+    floor for the first epochs, and stopping there keeps a model that predicts nothing.
     """
 
     def __init__(
@@ -135,9 +140,10 @@ class TrackRun(keras.callbacks.Callback):
         on_best=None,
         writes: bool = True,
         weights_of=None,
+        floor: float | None = None,
     ):
         super().__init__()
-        self.weights_of = weights_of
+        self.weights_of, self.floor = weights_of, floor
         self.run, self.monitor, self.mode, self.patience = run, monitor, mode, patience
         self.on_best = on_best
         self.writes = writes  # False: only decides the best epoch and when to stop
@@ -177,9 +183,19 @@ class TrackRun(keras.callbacks.Callback):
                 self.on_best(record["epoch"])
         if self.writes:
             write_json(self.run.metrics_file, {"monitor": self.monitor, "epochs": self.history})
-        best = self.best()
-        if self.patience and record["epoch"] - best["epoch"] >= self.patience:
+        if self.patience_ran_out(record):
             self.model.stop_training = True
+
+    def patience_ran_out(self, record: dict) -> bool:
+        """Whether `patience` epochs up to `record` brought nothing better than the best,
+        once the best has left the floor."""
+        best = self.best()
+        if not self.patience or record["epoch"] - best["epoch"] < self.patience:
+            return False
+        value = best.get(self.monitor)
+        if self.floor is None or value is None:
+            return True
+        return value > self.floor if self.mode == "max" else value < self.floor
 
 
 def _is_terminal(stream) -> bool:

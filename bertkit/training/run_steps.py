@@ -287,8 +287,7 @@ def _step_callbacks(built: BuiltRun, training, settings: FitSettings, checkpoint
 
 
 def _track_run(built: BuiltRun, training, settings: FitSettings, checkpoint):
-    """The `TrackRun` of the monitored metric (validation's, else the loss), from the
-    epochs a resumed run has finished."""
+    """The `TrackRun` of validation's metric (else the loss), from the epochs run so far."""
     from bertkit.training.callbacks import TrackRun
 
     task, validation, run = built.data.task, built.validation, settings.run
@@ -302,6 +301,7 @@ def _track_run(built: BuiltRun, training, settings: FitSettings, checkpoint):
         on_best=validation and validation.keep_latest,
         writes=settings.writes,
         weights_of=built.model,
+        floor=validation.floor() if validation and training.early_stopping_patience else None,
     )
 
 

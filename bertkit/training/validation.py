@@ -44,6 +44,11 @@ class ValidationSplit:
             shapes.setdefault(key, inputs)
         return list(shapes.values())
 
+    def floor(self) -> float | None:
+        """The task's monitor for a model that learned nothing (`Task.baseline`), or None."""
+        baseline = self.task.baseline(self.examples)
+        return baseline[0] if baseline else None
+
     def decode(self, outputs: dict) -> list[dict]:
         return self.task.decode(self.examples, self.features, outputs)
 

@@ -78,6 +78,8 @@ def test_dry_run_gives_every_row(tmp_path):
     sst2, conll = results["finetune_sst2"], results["finetune_conll"]
     assert {"first_step", "train_steps", "evaluation"} <= set(sst2["phases"])
     assert sst2["compilation"]["programs"] > 0 and "accuracy" in sst2["validation"]
+    warm = results["finetune_sst2_warm"]["compilation"]  # the first run filled the cache
+    assert warm["from_cache"] == warm["programs"] == sst2["compilation"]["programs"]
     assert conll["train_rows"] == 48 and conll["validation"] is None
     # the finetune stages ran without TensorFlow although it is installed here
     assert "export needs TensorFlow" in (out / "logs" / "finetune_sst2.log").read_text()
@@ -102,7 +104,7 @@ def test_skip_leaves_stages_out_by_key_or_its_start(tmp_path):
     results = json.loads((out / "gpu_check.json").read_text())["results"]
     assert results.pop("matmul_jax")["status"] == "ok"
     assert {record["status"] for record in results.values()} == {"skipped: left out (--skip)"}
-    assert len(results) == 9
+    assert len(results) == 10
 
 
 def test_a_stage_past_its_time_is_a_row_and_the_next_runs(tmp_path):

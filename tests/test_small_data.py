@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import keras
 import keras_hub
@@ -214,3 +215,11 @@ def test_the_keras_ops_pieces_run_on_jax():
         timeout=300,
     )
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
+
+
+def test_the_small_data_recipe_loads_with_its_options():
+    recipe = load_recipe(Path(__file__).parents[1] / "recipes" / "ner_small_data.yaml")
+    training = recipe.training
+    assert recipe.task == "tagging" and recipe.task_options.class_weights == "balanced"
+    assert (training.epochs, training.early_stopping_patience, training.seeds) == (10, 3, 3)
+    assert (training.head_learning_rate, training.reinit_top_layers) == (1e-3, 1)

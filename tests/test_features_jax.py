@@ -78,3 +78,26 @@ def test_features_of_another_recipe_are_refused(tmp_path):
         r"\(sequence_length differs\)",
     ):
         bertkit.finetune(spec, features=tmp_path / "f.npz", output_dir=tmp_path / "run")
+
+
+def test_a_features_file_trains_under_other_batch_options(tmp_path):
+    # the rows do not depend on batch_size or bucket_lengths: no need to featurize again
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    write_sentiment_tsv(tmp_path / "train.tsv", 8)
+    spec = {
+        "schema": 1,
+        "task": "classification",
+        "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
+        "data": {"train": str(tmp_path / "train.tsv"), "text": "sentence"},
+        "training": {"epochs": 1},
+        "export": {"saved_model": False},
+    }
+    featurize(spec, tmp_path / "f.npz")
+    import bertkit
+
+    spec["training"].update(batch_size=4, bucket_lengths=[8])
+    bertkit.finetune(spec, features=tmp_path / "f.npz", output_dir=tmp_path / "run", verbose=0)
+    described = json.loads((tmp_path / "run" / "model" / "task.json").read_text())
+    assert (described["batch_size"], described["bucket_lengths"]) == (4, [8, 32])
+    steps = json.loads((tmp_path / "run" / "steps.json").read_text())["steps"]
+    assert steps[-1]["step"] == 2  # 8 rows in batches of 4

@@ -67,7 +67,8 @@ class TaskData:
         reader = make_task(recipe)
         stored = read_feature_file(path, example_type=reader.Example)
         expected = description_of(reader, recipe)
-        for key in ("task", "options", "data", "sequence_length", "bucket_lengths", "state"):
+        # the rows depend on these; batch_size and bucket_lengths are the recipe's to change
+        for key in ("task", "options", "data", "sequence_length", "state"):
             if key not in stored.description or (
                 key != "state" and stored.description[key] != expected[key]
             ):
@@ -87,7 +88,7 @@ class TaskData:
         return cls(
             task,
             pretrained,
-            stored.description,
+            {**stored.description, **{k: expected[k] for k in ("batch_size", "bucket_lengths")}},
             stored.train,
             stored.validation_examples,
             stored.validation,

@@ -14,7 +14,10 @@ test files. bertkit runs `bertkit.finetune` in this process; the reference,
 bertkit is run under each `--configs` batching: `random+packed` (recipes/ner.yaml: random
 batches, packed into a few long rows), `random+micro4` (random batches, each split into 4
 length-sorted micro-batches), `random` (random batches, one part), `length_buckets` (each
-batch from one length bucket).
+batch from one length bucket), `attention_dropout0` (`length_buckets` with
+`backbone.attention_dropout: 0`: no dropout of the attention probabilities, the setting
+under which JAX on a GPU trains with fused attention). `--no-reference` runs bertkit's
+configurations only.
 
 Printed per task, size and configuration: each system's dev score after every epoch (mean
 over seeds), and the final scores as mean ± sample standard deviation over seeds with the
@@ -51,7 +54,10 @@ CONFIGS = {
     "random+packed": {"batch_order": "random", "micro_batches": 1, "packing": True},
     "random": {"batch_order": "random", "micro_batches": 1},
     "length_buckets": {"batch_order": "length_buckets", "micro_batches": 1},
+    # bertkit's defaults without attention-probability dropout (fused attention on GPUs)
+    "attention_dropout0": {"batch_order": "length_buckets", "micro_batches": 1},
 }
+BACKBONE_OPTIONS = {"attention_dropout0": {"attention_dropout": 0.0}}
 REFERENCE_NAME = "transformers"
 
 
@@ -100,7 +106,11 @@ def bertkit_run(task: str, files: dict, settings: dict, workdir: Path) -> dict:
     recipe.update(
         schema=1,
         training=training,
-        backbone={"preset": PRESET, "sequence_length": settings["sequence_length"]},
+        backbone={
+            "preset": PRESET,
+            "sequence_length": settings["sequence_length"],
+            **BACKBONE_OPTIONS.get(settings["config"], {}),
+        },
     )
     started = time.perf_counter()
     bertkit.finetune(recipe, output_dir=workdir / "bertkit-run", overwrite=True, verbose=0)
@@ -271,6 +281,9 @@ def main():
         default=TrainingConfig.adam_epsilon,
         help="both systems' Adam epsilon (default: bertkit's)",
     )
+    parser.add_argument(
+        "--no-reference", action="store_true", help="bertkit's configs only, no transformers"
+    )
     parser.add_argument("--results", type=Path, default=Path("learning_curve.jsonl"))
     parser.add_argument("--report", action="store_true", help="only print the tables")
     args = parser.parse_args()
@@ -296,7 +309,8 @@ def run_all(args, records: list) -> list:
             files = subset_files(args.data, task, size, workdir)
             for seed in args.seeds:
                 runs = [("bertkit", config) for config in args.configs]
-                runs.append((REFERENCE_NAME, "-"))
+                if not args.no_reference:
+                    runs.append((REFERENCE_NAME, "-"))
                 for system, config in runs:
                     key = (task, size, seed, system, config, args.adam_epsilon)
                     if key in done:

@@ -13,6 +13,12 @@ leaks into the next, and prints one table:
     keras_segment_lookup
                  `fit` with keras-hub's own segment-embedding lookup, whose gradient is a
                  scatter-add (bertkit.model.segment_embedding says why bertkit replaces it)
+    fused_attention
+                 `fit` with attention dropout 0 (`backbone.attention_dropout: 0`), so that
+                 training takes bertkit.model.attention's fused kernel (cuDNN)
+    unfused_attention
+                 the same without the fused kernel: Keras' attention, dropout 0 (what the
+                 kernel gives, apart from dropping the attention dropout)
 
     python benchmarks/gpu/profile_step.py --shape base --out $OUT      # on the GPU
     python benchmarks/gpu/profile_step.py --shape tiny --out /tmp/prof  # CPU dry run
@@ -43,6 +49,9 @@ RESULT = "PROFILE_STEP_RESULT "
 PLAN = [  # the most telling first: a time limit cuts the last
     ("fit", 384),
     ("fit", 128),
+    ("fused_attention", 384),
+    ("unfused_attention", 384),
+    ("fused_attention", 128),
     ("no_dropout", 384),
     ("keras_segment_lookup", 384),
     ("on_batch", 384),
@@ -74,6 +83,8 @@ def worker(args) -> None:
     model = build_model(shape, length)
     if args.variant == "keras_segment_lookup":
         del model.get_layer("segment_embedding").call  # back to keras.layers.Embedding.call
+    if args.variant in ("fused_attention", "unfused_attention"):
+        without_attention_dropout(model, fused=args.variant == "fused_attention")
     rows = batch * args.steps
     x, y = synthetic_rows(rows, length)
     started = time.perf_counter()
@@ -107,6 +118,21 @@ def worker(args) -> None:
         except Exception as error:  # noqa: BLE001 (the timings above still count)
             result["trace_failed"] = f"{type(error).__name__}: {error}"
     print(RESULT + json.dumps(result), flush=True)
+
+
+def without_attention_dropout(model, fused: bool) -> None:
+    """Attention dropout 0 in every encoder layer; with `fused`, bertkit's fused attention
+    (installed on a GPU when the backbone was prepared), else Keras' own computation."""
+    import types
+
+    from bertkit.model.attention import set_attention_dropout
+
+    layers = [layer for layer in model.layers if layer.name.startswith("transformer_layer")]
+    set_attention_dropout(types.SimpleNamespace(transformer_layers=layers), 0.0)
+    for layer in layers:
+        attention = layer._self_attention_layer
+        if not fused and "_compute_attention" in vars(attention):
+            del attention._compute_attention  # back to MultiHeadAttention's
 
 
 def trace(model, x, y, batch, steps, out: Path) -> dict:

@@ -44,12 +44,15 @@ def gelu_exact(x):
 
 def prepare_layers(backbone, hidden_act: str) -> None:
     """What bertkit changes in keras-hub's `BertBackbone` after building it: the GELU the
-    checkpoint was trained with, and a segment embedding whose gradient is fast on GPUs
-    (`bertkit.model.segment_embedding`). Neither changes a variable."""
+    checkpoint was trained with, a segment embedding whose gradient is fast on GPUs
+    (`bertkit.model.segment_embedding`) and, on JAX with a GPU, fused attention where no
+    dropout applies (`bertkit.model.attention`). None changes a variable."""
+    from bertkit.model.attention import use_fused_attention
     from bertkit.model.segment_embedding import use_sum_over_rows
 
     set_activation(backbone, hidden_act)
     use_sum_over_rows(backbone)
+    use_fused_attention(backbone)
 
 
 def set_activation(backbone, hidden_act: str) -> None:

@@ -28,6 +28,16 @@ class BackboneConfig:
         default=None,
         metadata={"help": "lowercase and strip accents; null takes the checkpoint's setting"},
     )
+    attention_dropout: float | None = _field(
+        default=None,
+        metadata={
+            "min": 0.0,
+            "max_exclusive": 1.0,
+            "help": "dropout of the attention probabilities in training (Hugging Face's "
+            "attention_probs_dropout_prob); null: the backbone's one rate (0.1 for BERT); "
+            "0 lets JAX on a GPU train with fused attention",
+        },
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -96,13 +96,17 @@ class TaskData:
 
     @staticmethod
     def _backbone(recipe, load_pretrained):
+        from bertkit.model.attention import set_attention_dropout
+
         say(f"loading the backbone {recipe.backbone.preset}")
-        return load_pretrained(
+        loaded = load_pretrained(
             recipe.backbone.preset,
             sequence_length=recipe.backbone.sequence_length,
             lowercase=recipe.backbone.lowercase,
             source=recipe.source,
         )
+        set_attention_dropout(loaded.backbone, recipe.backbone.attention_dropout)
+        return loaded
 
 
 def _read_examples(recipe: Recipe, state: dict | None) -> tuple[list, list | None, dict]:

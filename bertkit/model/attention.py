@@ -1,0 +1,124 @@
+"""BERT's self-attention: its own dropout rate, and one fused kernel on GPUs.
+
+keras-hub's `BertBackbone` has one dropout rate for hidden states and attention
+probabilities alike; Hugging Face's BERT config has two (`hidden_dropout_prob`,
+`attention_probs_dropout_prob`). `set_attention_dropout` sets the second
+(`backbone.attention_dropout`).
+
+Keras' `MultiHeadAttention` computes attention unfused (the scores materialised, masked,
+soft-maxed, dropped out, multiplied) whenever its dropout rate is above 0, at inference
+too; and with keras-hub BERT's padding mask, shaped `(batch, 1, keys)`, its fused path
+falls back on GPUs as well (cuDNN takes no mask broadcast over the queries: "Bias must
+have same seq length as QKV"). `use_fused_attention` gives each encoder layer
+`fused_attention` instead, on JAX with a GPU: `jax.nn.dot_product_attention` (cuDNN's
+flash attention where cuDNN takes the shapes, else XLA's), with padding given as each
+row's key count, wherever no dropout applies: at inference, and in training with
+`attention_dropout: 0`. In training with attention dropout above 0 it keeps Keras'
+computation. Only the layers' attention computation changes: classes, variables and
+weight paths stay keras-hub's. `tests/test_attention.py` checks the outputs and gradients
+against Keras' computation (XLA's implementation, on the CPU).
+
+    >>> from bertkit.testing import write_tiny_checkpoint
+    >>> import tempfile
+    >>> from bertkit.model.backbone import load_pretrained
+    >>> folder = write_tiny_checkpoint(tempfile.mkdtemp())
+    >>> backbone = load_pretrained(str(folder), sequence_length=16).backbone
+    >>> set_attention_dropout(backbone, 0.0)
+    >>> [layer._self_attention_layer.dropout for layer in backbone.transformer_layers]
+    [0.0, 0.0]
+"""
+
+from __future__ import annotations
+
+import functools
+
+import keras
+from keras import ops
+
+
+def set_attention_dropout(backbone, rate: float | None) -> None:
+    """The attention-probability dropout of every encoder layer of `backbone` (keras-hub's
+    `BertBackbone`); None keeps the backbone's one rate."""
+    if rate is None:
+        return
+    for layer in backbone.transformer_layers:
+        attention = layer._self_attention_layer
+        attention._dropout = rate  # read when the step is traced
+        attention._dropout_layer.rate = rate
+
+
+def use_fused_attention(backbone, implementation: str | None = None, *, force=False) -> bool:
+    """Gives every encoder layer of `backbone` `fused_attention`, on JAX with a GPU (or
+    wherever with `force`, as the tests do on a CPU with `implementation="xla"`).
+    `implementation`: `jax.nn.dot_product_attention`'s (None: cuDNN where it can).
+    Returns whether it did."""
+    if keras.backend.backend() != "jax":
+        return False
+    if not force:
+        import jax
+
+        if jax.devices()[0].platform != "gpu":
+            return False
+    for layer in backbone.transformer_layers:
+        attention = layer._self_attention_layer
+        if not fuses(attention):
+            attention._compute_attention = functools.partial(
+                fused_attention, attention, implementation
+            )
+    return True
+
+
+def fuses(attention) -> bool:
+    return getattr(attention._compute_attention, "func", None) is fused_attention
+
+
+def fused_attention(
+    layer,
+    implementation,
+    query,
+    key,
+    value,
+    attention_mask=None,
+    training=None,
+    return_attention_scores=False,
+    use_causal_mask=False,
+):
+    """`keras.layers.MultiHeadAttention._compute_attention` of `layer` in one
+    `jax.nn.dot_product_attention` where no dropout applies (see the module docstring)."""
+    import jax
+
+    dropping = training and layer._dropout > 0
+    if dropping or return_attention_scores or use_causal_mask or len(query.shape) != 4:
+        keras_computation = type(layer)._compute_attention
+        return keras_computation(
+            layer, query, key, value, attention_mask, training, return_attention_scores,
+            use_causal_mask=use_causal_mask,
+        )  # fmt: skip
+    output = jax.nn.dot_product_attention(
+        query,
+        key,
+        value,
+        scale=layer._inverse_sqrt_key_dim,
+        implementation=implementation,
+        **mask_options(attention_mask),
+    )
+    return output, None
+
+
+def mask_options(attention_mask) -> dict:
+    """`jax.nn.dot_product_attention`'s masking arguments for Keras' attention mask.
+
+    A `(batch, 1, keys)` mask is BERT's padding mask, its padding at the end of each row
+    (as bertkit pads): it goes in as each row's key count, which cuDNN takes. Any other
+    mask (the block-diagonal one of packed rows) goes in as a mask. A query that may see
+    no key (a padding position of packed rows) sees them all instead: its output is never
+    read, and a softmax over nothing could give NaN, which a weight of 0 does not cancel.
+    """
+    if attention_mask is None:
+        return {}
+    mask = ops.cast(attention_mask, "bool")
+    if mask.shape[-2] == 1:
+        lengths = ops.sum(ops.cast(mask[:, 0, :], "int32"), axis=-1)
+        return {"key_value_seq_lengths": ops.maximum(lengths, 1)}
+    mask = ops.logical_or(mask, ops.logical_not(ops.any(mask, axis=-1, keepdims=True)))
+    return {"mask": mask[:, None, :, :]}  # (batch, heads: broadcast, queries, keys)

@@ -156,3 +156,13 @@ def test_the_recipe_sets_the_attention_dropout_alone(tmp_path):
     spec["backbone"]["attention_dropout"] = 1.0
     with pytest.raises(UserError, match=r"backbone.attention_dropout: must be less than 1"):
         load_recipe(spec)
+
+
+@jax_only
+def test_without_cudnn_the_kernel_is_xlas():
+    query, key, value = projected(3)  # float32 on a CPU: cuDNN refuses, XLA computes
+    mask = np.ones((2, 1, 6), "int32")
+    layer = attention_layer()
+    fused, _ = attention.fused_attention(layer, None, query, key, value, mask)
+    expected = keras_attention(layer, query, key, value, mask)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(fused), expected, atol=1e-5)

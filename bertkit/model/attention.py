@@ -11,7 +11,8 @@ too; and with keras-hub BERT's padding mask, shaped `(batch, 1, keys)`, its fuse
 falls back on GPUs as well (cuDNN takes no mask broadcast over the queries: "Bias must
 have same seq length as QKV"). `use_fused_attention` gives each encoder layer
 `fused_attention` instead, on JAX with a GPU: `jax.nn.dot_product_attention` (cuDNN's
-flash attention where cuDNN takes the shapes, else XLA's), with padding given as each
+flash attention where cuDNN takes the call: bfloat16 or float16 on an Ampere or newer
+GPU; else XLA's), with padding given as each
 row's key count, wherever no dropout applies: at inference, and in training with
 `attention_dropout: 0`. In training with attention dropout above 0 it keeps Keras'
 computation. Only the layers' attention computation changes: classes, variables and
@@ -50,8 +51,8 @@ def set_attention_dropout(backbone, rate: float | None) -> None:
 def use_fused_attention(backbone, implementation: str | None = None, *, force=False) -> bool:
     """Gives every encoder layer of `backbone` `fused_attention`, on JAX with a GPU (or
     wherever with `force`, as the tests do on a CPU with `implementation="xla"`).
-    `implementation`: `jax.nn.dot_product_attention`'s (None: cuDNN where it can).
-    Returns whether it did."""
+    `implementation`: `jax.nn.dot_product_attention`'s; None: cuDNN where it takes the
+    call, else XLA's (jax's own None means XLA's). Returns whether it did."""
     if keras.backend.backend() != "jax":
         return False
     if not force:
@@ -94,13 +95,16 @@ def fused_attention(
             layer, query, key, value, attention_mask, training, return_attention_scores,
             use_causal_mask=use_causal_mask,
         )  # fmt: skip
+    options = {"scale": layer._inverse_sqrt_key_dim, **mask_options(attention_mask)}
+    if implementation is None:  # as Keras' JAX backend does: cuDNN refuses when traced
+        try:
+            return jax.nn.dot_product_attention(
+                query, key, value, implementation="cudnn", **options
+            ), None
+        except Exception:  # noqa: BLE001 (float32, an old GPU or cuDNN, a shape it lacks)
+            implementation = "xla"
     output = jax.nn.dot_product_attention(
-        query,
-        key,
-        value,
-        scale=layer._inverse_sqrt_key_dim,
-        implementation=implementation,
-        **mask_options(attention_mask),
+        query, key, value, implementation=implementation, **options
     )
     return output, None
 

@@ -163,6 +163,8 @@ def test_without_cudnn_the_kernel_is_xlas():
     query, key, value = projected(3)  # float32 on a CPU: cuDNN refuses, XLA computes
     mask = np.ones((2, 1, 6), "int32")
     layer = attention_layer()
+    attention.CUDNN_REFUSALS.clear()
     fused, _ = attention.fused_attention(layer, None, query, key, value, mask)
+    assert len(attention.CUDNN_REFUSALS) == 1
     expected = keras_attention(layer, query, key, value, mask)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(fused), expected, atol=1e-5)

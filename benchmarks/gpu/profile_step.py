@@ -75,6 +75,8 @@ def worker(args) -> None:
         training_flops_per_sequence,
     )
 
+    from bertkit.model.attention import CUDNN_REFUSALS
+
     keras.config.set_dtype_policy("mixed_bfloat16")
     shape = dict(SHAPES[args.shape])
     if args.variant == "no_dropout":
@@ -111,6 +113,7 @@ def worker(args) -> None:
         "tflops": rows / seconds * training_flops_per_sequence(SHAPES[args.shape], length) / 1e12,
         "compile_and_warmup_seconds": warm,
         "device": str(jax.devices()[0].device_kind),
+        "cudnn_refused": sorted(set(CUDNN_REFUSALS)),  # fused attention fell back to XLA's
     }
     if args.trace:
         try:

@@ -36,6 +36,9 @@ import functools
 import keras
 from keras import ops
 
+# why cuDNN refused each traced call that then took XLA's kernel (the benchmarks print it)
+CUDNN_REFUSALS: list[str] = []
+
 
 def set_attention_dropout(backbone, rate: float | None) -> None:
     """The attention-probability dropout of every encoder layer of `backbone` (keras-hub's
@@ -101,7 +104,8 @@ def fused_attention(
             return jax.nn.dot_product_attention(
                 query, key, value, implementation="cudnn", **options
             ), None
-        except Exception:  # noqa: BLE001 (float32, an old GPU or cuDNN, a shape it lacks)
+        except Exception as error:  # noqa: BLE001 (float32, an old GPU or cuDNN, a shape)
+            CUDNN_REFUSALS.append(f"{type(error).__name__}: {error}"[:300])
             implementation = "xla"
     output = jax.nn.dot_product_attention(
         query, key, value, implementation=implementation, **options

@@ -2,6 +2,9 @@
 computation JAX uses on GPUs, checked against Keras' on the CPU (XLA's implementation)."""
 
 import json
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -14,7 +17,20 @@ from bertkit.model.backbone import load_pretrained
 from bertkit.model.packed_backbone import packed_training_model
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
 
-jax_only = pytest.mark.skipif(keras.backend.backend() != "jax", reason="fused attention: JAX")
+ON_JAX = keras.backend.backend() == "jax"
+# run in this process under KERAS_BACKEND=jax, else by `test_the_jax_tests_pass_under_jax`
+jax_only = pytest.mark.skipif(not ON_JAX, reason="fused attention: JAX (run in a child)")
+
+
+@pytest.mark.skipif(ON_JAX, reason="the JAX tests run in this process")
+def test_the_jax_tests_pass_under_jax():
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+         "-o", "addopts=--import-mode=importlib", __file__, "-k", "not under_jax and not recipe"],
+        env={**os.environ, "KERAS_BACKEND": "jax"}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "7 passed" in done.stdout, done.stdout[-500:]
 
 
 def projected(seed: int, batch=2, length=6, heads=2, size=4):

@@ -59,29 +59,8 @@ def test_featurized_training_runs_on_jax_without_tensorflow(tmp_path):
     assert "export needs TensorFlow" in result.stderr
 
 
-def test_features_of_another_recipe_are_refused(tmp_path):
-    write_tiny_checkpoint(tmp_path / "ckpt")
-    write_sentiment_tsv(tmp_path / "train.tsv", 8)
-    spec = {
-        "schema": 1,
-        "task": "classification",
-        "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
-        "data": {"train": str(tmp_path / "train.tsv"), "text": "sentence"},
-    }
-    featurize(spec, tmp_path / "f.npz")
-    import bertkit
-
-    spec["backbone"]["sequence_length"] = 64
-    with pytest.raises(
-        UserError,
-        match="f.npz: was made from another recipe "
-        r"\(sequence_length differs\)",
-    ):
-        bertkit.finetune(spec, features=tmp_path / "f.npz", output_dir=tmp_path / "run")
-
-
-def test_a_features_file_trains_under_other_batch_options(tmp_path):
-    # the rows do not depend on batch_size or bucket_lengths: no need to featurize again
+def featurized(tmp_path) -> dict:
+    """A tiny classification recipe, featurized into `tmp_path / "f.npz"`."""
     write_tiny_checkpoint(tmp_path / "ckpt")
     write_sentiment_tsv(tmp_path / "train.tsv", 8)
     spec = {
@@ -93,8 +72,27 @@ def test_a_features_file_trains_under_other_batch_options(tmp_path):
         "export": {"saved_model": False},
     }
     featurize(spec, tmp_path / "f.npz")
+    return spec
+
+
+def test_features_of_another_recipe_are_refused(tmp_path):
     import bertkit
 
+    spec = featurized(tmp_path)
+    spec["backbone"]["sequence_length"] = 64
+    with pytest.raises(
+        UserError,
+        match="f.npz: was made from another recipe "
+        r"\(sequence_length differs\)",
+    ):
+        bertkit.finetune(spec, features=tmp_path / "f.npz", output_dir=tmp_path / "run")
+
+
+def test_a_features_file_trains_under_other_batch_options(tmp_path):
+    # the rows do not depend on batch_size or bucket_lengths: no need to featurize again
+    import bertkit
+
+    spec = featurized(tmp_path)
     spec["training"].update(batch_size=4, bucket_lengths=[8])
     bertkit.finetune(spec, features=tmp_path / "f.npz", output_dir=tmp_path / "run", verbose=0)
     described = json.loads((tmp_path / "run" / "model" / "task.json").read_text())

@@ -195,12 +195,13 @@ class Check:
         """SST-2 with every row padded to the recipe's length: fewer programs to compile
         (in a cache of its own, cold) against more padding a step; the trade-off of
         bucketing on an accelerator."""
-        length = recipe_setting(self.carry / "sst2.yaml", "backbone", "sequence_length")
+        settings = sst2_recipe_settings(self.carry)
+        unreadable = settings if isinstance(settings, str) else None
         self.finetune(
             "sst2",
-            no_checkpoint or (None if length else "the carry's sst2.yaml cannot be read"),
+            no_checkpoint or unreadable,
             key="finetune_sst2_one_bucket",
-            settings=[f"training.bucket_lengths=[{length}]"],
+            settings=[] if unreadable else [f"training.bucket_lengths=[{settings[1]}]"],
             env={**self.env, "BERTKIT_COMPILATION_CACHE": str(self.work / "xla_one_bucket")},
         )
 
@@ -386,26 +387,25 @@ def missing_torch(python: str, env: dict) -> str | None:
     return None
 
 
-def recipe_setting(recipe: Path, section: str, key: str):
-    """`section.key` of a carry's recipe, or None where it cannot be read."""
+def sst2_recipe_settings(carry: Path) -> tuple[dict, int] | str:
+    """The carry's SST-2 recipe's `training` section and sequence length, or why they
+    cannot be read."""
     import yaml
 
     try:
-        return yaml.safe_load(recipe.read_text())[section][key]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
-        return None
+        recipe = yaml.safe_load((carry / "sst2.yaml").read_text())
+        return recipe["training"], recipe["backbone"]["sequence_length"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
+        return f"the carry's sst2.yaml cannot be read ({type(error).__name__})"
 
 
 def hf_sst2_arguments(carry: Path, checkpoint: Path) -> tuple[list[str], str | None]:
     """transformers' whole loop with the SST-2 recipe's length, batch, rate and epochs;
     or why the carry's recipe cannot be read."""
-    import yaml
-
-    try:
-        recipe = yaml.safe_load((carry / "sst2.yaml").read_text())
-        training, length = recipe["training"], recipe["backbone"]["sequence_length"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
-        return [], f"the carry's sst2.yaml cannot be read ({type(error).__name__})"
+    settings = sst2_recipe_settings(carry)
+    if isinstance(settings, str):
+        return [], settings
+    training, length = settings
     return [
         "sst2",
         "--model",

@@ -22,9 +22,11 @@ leaks into the next, and prints one table:
 
     python benchmarks/gpu/profile_step.py --shape base --out $OUT      # on the GPU
     python benchmarks/gpu/profile_step.py --shape tiny --out /tmp/prof  # CPU dry run
+    python benchmarks/gpu/profile_step.py --plan fused_attention:384+,fit:384  # two only
 
-`--dump-hlo` writes the optimized HLO of `fit` at the longest length as one .tar.gz, so that
-the op names of the profile can be read against the program.
+`--dump-hlo` writes the optimized HLO of the first traced variant at the longest length as
+one .tar.gz, so that the op names of the profile can be read against the program. `--plan`
+picks the variants and lengths (`fused_attention:384+,fit:128`; `+` traces one).
 """
 
 from __future__ import annotations
@@ -177,12 +179,33 @@ def trace(model, x, y, batch, steps, out: Path) -> dict:
     return {"wall_ms_per_step": 1000 * wall / steps, "lines": lines}
 
 
+def parse_plan(text: str) -> list[tuple]:
+    """`fused_attention:384+,fit:128` -> [("fused_attention", 384, "trace"), ("fit", 128)]."""
+    known, plan = {variant for variant, _ in PLAN}, []
+    for part in filter(None, text.split(",")):
+        variant, _, length = part.partition(":")
+        traced = length.endswith("+")
+        if variant not in known or not length.rstrip("+").isdigit():
+            raise argparse.ArgumentTypeError(
+                f"{part!r}: want VARIANT:LENGTH, VARIANT one of {', '.join(sorted(known))}"
+            )
+        plan.append((variant, int(length.rstrip("+"))) + (("trace",) if traced else ()))
+    return plan
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=["base", "tiny"], default="base")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "profile-out")))
     parser.add_argument("--dump-hlo", action="store_true")
     parser.add_argument("--timeout", type=float, default=120, help="seconds per variant")
+    parser.add_argument(
+        "--plan",
+        type=parse_plan,
+        help="variant:length pairs to run, in order, e.g. fused_attention:384,fit:384 "
+        "(default: every variant, the most telling first); 'fit' and any pair marked "
+        "with a trailing '+' (fused_attention:384+) are traced",
+    )
     parser.add_argument("--variant", help=argparse.SUPPRESS)  # a worker's
     parser.add_argument("--sequence-length", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--batch-size", type=int, default=32, help=argparse.SUPPRESS)
@@ -195,11 +218,13 @@ def main() -> None:
         return worker(args)
 
     args.out.mkdir(parents=True, exist_ok=True)
-    plan = (
+    plan = args.plan or (
         PLAN
         if args.shape == "base"
         else list(dict.fromkeys((variant, 32) for variant, _ in PLAN if variant != "no_dropout"))
     )
+    traced = {pair[:2] for pair in plan if len(pair) == 3} | {p[:2] for p in plan if p[0] == "fit"}
+    plan = [pair[:2] for pair in plan]
     small = ["--batch-size", "4", "--steps", "3", "--warmup", "1", "--trace-steps", "2"]
     results, dumped = [], False
     for variant, length in plan:
@@ -207,9 +232,9 @@ def main() -> None:
         argv += ["--sequence-length", str(length)] + (small if args.shape == "tiny" else [])
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
         dump = None
-        if variant == "fit":
+        if (variant, length) in traced:
             argv += ["--trace", str(args.out / f"trace_{variant}_{length}")]
-            longest = max(n for v, n in plan if v == "fit")
+            longest = max(n for pair in traced for n in pair[1:])
             if args.dump_hlo and not dumped and length == longest:
                 dump, dumped = tempfile.mkdtemp(prefix="bertkit-hlo-"), True
                 env["XLA_FLAGS"] = (

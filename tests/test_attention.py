@@ -174,6 +174,32 @@ def test_the_recipe_sets_the_attention_dropout_alone(tmp_path):
         load_recipe(spec)
 
 
+def test_a_recipe_without_a_rate_drops_no_attention_where_fused_attention_trains(
+    tmp_path, monkeypatch, capsys
+):
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    spec = {
+        "schema": 1,
+        "task": "classification",
+        "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 16},
+        "data": {"train": str(tmp_path / "train.tsv"), "text": "sentence"},
+    }
+    from bertkit.recipes.recipe import load_recipe
+    from bertkit.training.task_data import TaskData
+
+    def rates(spec):
+        backbone = TaskData._backbone(load_recipe(spec), load_pretrained).backbone
+        return {layer._self_attention_layer.dropout for layer in backbone.transformer_layers}
+
+    assert attention.training_attention_dropout(None) is None  # on this CPU
+    assert rates(spec) == {0.1}
+    monkeypatch.setattr(attention, "fused_attention_trains", lambda: True)  # as on a GPU
+    assert rates(spec) == {0.0}
+    assert "attention dropout 0 on this GPU" in capsys.readouterr().out
+    spec["backbone"]["attention_dropout"] = 0.1  # the recipe's rate wins
+    assert rates(spec) == {0.1}
+
+
 @jax_only
 def test_without_cudnn_the_kernel_is_xlas():
     query, key, value = projected(3)  # float32 on a CPU: cuDNN refuses, XLA computes

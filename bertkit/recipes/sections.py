@@ -34,8 +34,8 @@ class BackboneConfig:
             "min": 0.0,
             "max_exclusive": 1.0,
             "help": "dropout of the attention probabilities in training (Hugging Face's "
-            "attention_probs_dropout_prob); null: the backbone's one rate (0.1 for BERT); "
-            "0 lets JAX on a GPU train with fused attention",
+            "attention_probs_dropout_prob); null: 0 on JAX with a GPU (training takes "
+            "fused attention), else the backbone's one rate (0.1 for BERT)",
         },
     )
 

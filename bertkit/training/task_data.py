@@ -96,7 +96,7 @@ class TaskData:
 
     @staticmethod
     def _backbone(recipe, load_pretrained):
-        from bertkit.model.attention import set_attention_dropout
+        from bertkit.model.attention import set_attention_dropout, training_attention_dropout
 
         say(f"loading the backbone {recipe.backbone.preset}")
         loaded = load_pretrained(
@@ -105,7 +105,13 @@ class TaskData:
             lowercase=recipe.backbone.lowercase,
             source=recipe.source,
         )
-        set_attention_dropout(loaded.backbone, recipe.backbone.attention_dropout)
+        rate = training_attention_dropout(recipe.backbone.attention_dropout)
+        if rate != recipe.backbone.attention_dropout:
+            say(
+                f"attention dropout {rate:g} on this GPU, so training takes fused attention "
+                "(backbone.attention_dropout: 0.1 keeps BERT's)"
+            )
+        set_attention_dropout(loaded.backbone, rate)
         return loaded
 
 

@@ -202,3 +202,31 @@ def test_on_an_accelerator_short_batches_are_filled_to_full_ones(monkeypatch, tm
         for _, _, inputs in model_inputs(Passthrough(), features, 8, (32,))
     ]
     assert inference == [8, 8, 8]
+
+
+def test_on_an_accelerator_a_recipe_without_buckets_takes_fewer_wider_ones(monkeypatch, tmp_path):
+    import keras
+
+    import bertkit.parallel.distribution as distribution
+    from bertkit.recipes.recipe import load_recipe
+    from bertkit.training.run_steps import batch_plan
+
+    def plan_of(sequence_length, **training):
+        spec = {
+            "schema": 1,
+            "task": "classification",
+            "backbone": {"preset": str(tmp_path / "c"), "sequence_length": sequence_length},
+            "data": {"train": "train.tsv"},
+            "training": {"batch_size": 8, "jit_compile": True, **training},
+        }
+        return batch_plan(load_recipe(spec))
+
+    write_tiny_checkpoint(tmp_path / "c")
+    assert plan_of(384).pad_lengths == (16, 32, 64, 128, 192, 256, 320, 384)  # this CPU
+    monkeypatch.setattr(distribution, "on_accelerator", lambda: True)
+    assert plan_of(64).pad_lengths == (64,)
+    assert plan_of(384).pad_lengths == (64, 128, 256, 384)
+    assert plan_of(384, packing=True).buckets == (64, 128, 256, 384)
+    assert plan_of(64, bucket_lengths=[16, 32]).pad_lengths == (16, 32, 64)  # the recipe's
+    if keras.backend.backend() == "tensorflow":  # no XLA: any width, no compilation
+        assert plan_of(64, jit_compile=False).pad_lengths[:3] == (8, 16, 24)

@@ -29,7 +29,7 @@ import dataclasses
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.padding import bucket_lengths, padding_lengths
+from bertkit.padding import accelerator_buckets, bucket_lengths, padding_lengths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +122,13 @@ class BatchPlan:
 
     @classmethod
     def from_recipe(
-        cls, recipe, *, compiles_each_shape: bool, row_multiple: int = 1, buckets=None
+        cls,
+        recipe,
+        *,
+        compiles_each_shape: bool,
+        row_multiple: int = 1,
+        buckets=None,
+        accelerator: bool = False,
     ) -> BatchPlan:
         """The plan of `recipe`'s run.
 
@@ -133,6 +139,8 @@ class BatchPlan:
                 few row counts.
             row_multiple: devices sharing each step (`devices_sharing_a_batch()`).
             buckets: the bucket lengths, when they come from elsewhere (a features file's).
+            accelerator: whether the run is on GPUs or TPUs: where the recipe sets no
+                `bucket_lengths` and each shape compiles, `accelerator_buckets` then.
         """
         from bertkit.batching.packing import packed_row_counts
 
@@ -140,6 +148,8 @@ class BatchPlan:
         buckets = tuple(
             buckets or bucket_lengths(recipe.backbone.sequence_length, training.bucket_lengths)
         )
+        if accelerator and compiles_each_shape and training.bucket_lengths is None:
+            buckets = accelerator_buckets(buckets)
         counts = None
         if training.packing and compiles_each_shape:
             counts = packed_row_counts(training.batch_size)

@@ -133,18 +133,17 @@ def batch_plan(recipe: Recipe, buckets=None):
     import keras
 
     from bertkit.batching.plan import BatchPlan
-    from bertkit.parallel.distribution import devices_sharing_a_batch, full_batch_rows
+    from bertkit.parallel import distribution
 
     training = recipe.training
     compiles = bool(jit_compile_setting(training.jit_compile))
     compiles = compiles or keras.backend.backend() == "jax"
-    rows = devices_sharing_a_batch()
+    rows = distribution.devices_sharing_a_batch()
     # packed steps and micro-batches (parts split by length) have row counts of their own
     if compiles and not training.packing and training.micro_batches == 1:
-        rows = full_batch_rows(training.batch_size)
-    return BatchPlan.from_recipe(
-        recipe, compiles_each_shape=compiles, row_multiple=rows, buckets=buckets
-    )
+        rows = distribution.full_batch_rows(training.batch_size)
+    where = dict(row_multiple=rows, buckets=buckets, accelerator=distribution.on_accelerator())
+    return BatchPlan.from_recipe(recipe, compiles_each_shape=compiles, **where)
 
 
 def device_scope(recipe: Recipe):

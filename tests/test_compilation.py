@@ -76,6 +76,11 @@ def test_a_second_identical_run_compiles_nothing(tmp_path):
     assert first["from_cache"] == first["precompiled"]["programs"]
     assert second["programs"] == first["programs"]  # train, evaluate, predict: each shape
     assert second["from_cache"] == second["programs"]  # ... read from the cache
+    # no training step waited for a compiler: what came after the first step was read
+    # back (the second run), or small programs of the metrics (the first)
+    assert second["after_first_step"]["compiled"] == 0
+    assert second["after_first_step"]["from_cache"] > 0
+    assert "train_step" not in str(first["after_first_step"]["longest"]["function"])
     # Reading a program back costs about 30 ms here whatever its size, and this tiny model
     # compiles in about 4 s: the second run's 28 reads measured 15-25% of the first run's
     # compile seconds on a busy 2-core CPU (a real model's compile dwarfs them). That no

@@ -148,6 +148,13 @@ def details(key: str, record: dict) -> str:
                 f"{ahead.get('programs')} of them before the first step in "
                 f"{ahead.get('seconds', 0):.1f} s"
             )
+        late = compiled.get("after_first_step")
+        if isinstance(late, dict):
+            parts.append(
+                f"after it {late.get('compiled')} compiled in {late.get('seconds', 0):.1f} s "
+                f"(longest {late.get('longest', {}).get('function')}), "
+                f"{late.get('from_cache')} read back"
+            )
     score = record.get("validation") or (
         {"accuracy": record["accuracy"]} if "accuracy" in record else None
     )

@@ -18,6 +18,8 @@ Example:
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 from bertkit.run_dir import user_cache_dir
@@ -73,6 +75,9 @@ class CompileCounter:
 
     def __init__(self):
         self.programs, self.from_cache, self.seconds = 0, 0, 0.0
+        # (started, seconds, function, read from the cache) of each program obtained
+        self.obtained: list[tuple[float, float, str, bool]] = []
+        self._hit = threading.local()  # JAX reports a cache hit, then its duration
         self._monitoring = None
 
     def __enter__(self) -> CompileCounter:
@@ -92,19 +97,36 @@ class CompileCounter:
             self._monitoring.unregister_event_listener(self._on_event)
             self._monitoring = None
 
-    def _on_duration(self, event: str, seconds: float, **_) -> None:
+    def _on_duration(self, event: str, seconds: float, fun_name: str = "?", **_) -> None:
         if event == _BACKEND_COMPILE:
             self.programs += 1
             self.seconds += seconds
+            hit, self._hit.value = getattr(self._hit, "value", False), False
+            self.obtained.append((time.perf_counter() - seconds, seconds, fun_name, hit))
 
     def _on_event(self, event: str, **_) -> None:
         if event == _CACHE_HIT:
             self.from_cache += 1
+            self._hit.value = True
 
-    def record(self) -> dict:
-        """`{"programs", "from_cache", "seconds"}`, as `run.json` keeps it."""
-        return {
+    def record(self, first_step_ended: float | None = None) -> dict:
+        """`{"programs", "from_cache", "seconds"}`, as `run.json` keeps it; with the
+        `time.perf_counter()` at which the run's first step ended, also
+        `after_first_step`: the programs compiled after it (each one stalls the steps),
+        their seconds and the longest one's function, and those read from the cache."""
+        record = {
             "programs": self.programs,
             "from_cache": self.from_cache,
             "seconds": round(self.seconds, 3),
         }
+        if first_step_ended is not None:
+            late = [item for item in self.obtained if item[0] >= first_step_ended]
+            compiled = [item for item in late if not item[3]]
+            longest = max(compiled, key=lambda item: item[1], default=(0, 0.0, None))
+            record["after_first_step"] = {
+                "compiled": len(compiled),
+                "seconds": round(sum(item[1] for item in compiled), 3),
+                "longest": {"function": longest[2], "seconds": round(longest[1], 3)},
+                "from_cache": len(late) - len(compiled),
+            }
+        return record

@@ -20,6 +20,7 @@ class Phases:
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
+        self.first_step_ended: float | None = None  # perf_counter(), set by `TimeSteps`
         self.started = time.perf_counter()
         self.called_at = time.time()  # Unix time: start-up is measured up to here
 

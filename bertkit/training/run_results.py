@@ -143,7 +143,7 @@ def record_finished(run: RunDirectory, phases, compiled, precompiled) -> None:
     """Marks the run finished in `run.json`, with its phases and compilation record
     (`compiled`: a `CompileCounter` or None; `precompiled`: what `compile_programs` did),
     and prints them."""
-    compilation = compiled.record() if compiled is not None else {}
+    compilation = compiled.record(phases.first_step_ended) if compiled is not None else {}
     if precompiled:
         compilation["precompiled"] = precompiled
     run.set_status(
@@ -157,6 +157,13 @@ def record_finished(run: RunDirectory, phases, compiled, precompiled) -> None:
         print(
             f"compiled {compilation['programs']} programs in {compilation['seconds']:.1f} s "
             f"({compilation['from_cache']} read from the compilation cache)"
+        )
+    late = compilation.get("after_first_step", {})
+    if late.get("seconds", 0) >= 1:  # a stall in the steps
+        print(
+            f"compiled {late['compiled']} programs after the first step in "
+            f"{late['seconds']:.1f} s (longest: {late['longest']['function']}, "
+            f"{late['longest']['seconds']:.1f} s)"
         )
 
 

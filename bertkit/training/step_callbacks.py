@@ -48,7 +48,7 @@ class TimeSteps(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         if self._first_end is None and self._first_start is not None:
-            self._first_end = time.perf_counter()
+            self._first_end = self.phases.first_step_ended = time.perf_counter()
             self.phases.add("first_step", self._first_end - self._first_start)
 
     def on_epoch_end(self, epoch, logs=None):

@@ -150,9 +150,7 @@ class BatchPlan:
         )
         if accelerator and compiles_each_shape and training.bucket_lengths is None:
             buckets = accelerator_buckets(buckets)
-        counts = None
-        if training.packing and compiles_each_shape:
-            counts = packed_row_counts(training.batch_size)
+        counts = packed_row_counts(training.batch_size) if compiles_each_shape else None
         return cls(
             batch_size=training.batch_size,
             buckets=buckets,
@@ -160,7 +158,7 @@ class BatchPlan:
             order=training.batch_order,
             micro_batches=training.micro_batches,
             packing=training.packing,
-            packed_row_counts=counts,
+            packed_row_counts=counts if training.packing else None,
             row_multiple=row_multiple,
             seed=training.seed,
         )

@@ -135,12 +135,11 @@ class BatchPlan:
         Args:
             recipe: a `bertkit.recipes.recipe.Recipe` (its rules were checked when it loaded).
             compiles_each_shape: whether every new input shape compiles a program (JAX,
-                XLA): then steps pad to the bucket lengths only and packed steps have a
-                few row counts.
+                XLA): then steps pad to the buckets only, packed steps have few row counts.
             row_multiple: devices sharing each step (`devices_sharing_a_batch()`).
             buckets: the bucket lengths, when they come from elsewhere (a features file's).
-            accelerator: whether the run is on GPUs or TPUs: where the recipe sets no
-                `bucket_lengths` and each shape compiles, `accelerator_buckets` then.
+            accelerator: on GPUs or TPUs, a recipe without `bucket_lengths` takes
+                `accelerator_buckets` (where each shape compiles).
         """
         from bertkit.batching.packing import packed_row_counts
 

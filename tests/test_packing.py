@@ -87,6 +87,38 @@ def test_first_fit_decreasing_and_fixed_row_counts():
     assert not packed["padding_mask"][filled:].any()
 
 
+def test_on_an_accelerator_packed_steps_have_one_shape_for_the_run():
+    from bertkit.batching.packing import packed_row_counts
+    from bertkit.training.precompile import step_shapes
+
+    class Rows:  # the task's part of a step: the packed rows as they are
+        def make_batch(self, packed, training, rng):
+            return {"token_ids": packed["token_ids"]}, packed["row_label"], None
+
+    features = corpus(rows=150)  # 150 rows of up to 64 tokens
+    shapes = {}
+    for epochs in (0, 3):  # 0: shapes as they come (a CPU); 3: fixed for a 3-epoch run
+        plan = BatchPlan(
+            batch_size=8,
+            buckets=(32, 64),
+            order="random",
+            packing=True,
+            packed_row_counts=packed_row_counts(8),
+            fixed_packing_epochs=epochs,
+        )
+        batches = plan.training_batches(Rows(), features)
+        shapes[epochs] = set(step_shapes(batches, range(3)))
+        made = {batches.batch(step, epoch)[0]["token_ids"].shape for epoch in range(3)
+                for step in range(len(batches))}  # fmt: skip
+        assert made == {shape[1:] for shape in shapes[epochs]}  # as the precompile finds
+    assert len(shapes[0]) > 2
+    # one packed shape, 64 tokens wide; the rows of a step are 8, or 7 where the
+    # random order evens out the 150 rows
+    assert {rows for rows, _, _ in shapes[3]} == {8, 7}
+    assert len({shape[1:] for shape in shapes[3]}) == 1
+    assert {width for _, _, width in shapes[3]} == {64}
+
+
 def tiny_backbone():
     keras.utils.set_random_seed(3)
     return keras_hub.models.BertBackbone(

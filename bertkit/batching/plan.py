@@ -28,6 +28,7 @@ import dataclasses
 
 import numpy as np
 
+from bertkit.batching.packing import packed_row_counts
 from bertkit.errors import UserError
 from bertkit.padding import accelerator_buckets, bucket_lengths, padding_lengths
 
@@ -45,6 +46,8 @@ class BatchPlan:
         micro_batches: steps each batch is split into (gradients accumulated).
         packing: steps packed into long rows (`bertkit.batching.packing`).
         packed_row_counts: numbers of packed rows a step may have (None: any).
+        fixed_packing_epochs: on an accelerator, the run's epochs: packed steps then all
+            have one shape (`PackedSteps.fixed_over` those epochs); 0: not fixed.
         row_multiple: devices sharing each step (a step's rows are a multiple of it).
         seed: the data order's seed.
     """
@@ -56,6 +59,7 @@ class BatchPlan:
     micro_batches: int = 1
     packing: bool = False
     packed_row_counts: tuple[int, ...] | None = None
+    fixed_packing_epochs: int = 0
     row_multiple: int = 1
     seed: int = 0
 
@@ -138,17 +142,16 @@ class BatchPlan:
                 XLA): then steps pad to the buckets only, packed steps have few row counts.
             row_multiple: devices sharing each step (`devices_sharing_a_batch()`).
             buckets: the bucket lengths, when they come from elsewhere (a features file's).
-            accelerator: on GPUs or TPUs, a recipe without `bucket_lengths` takes
-                `accelerator_buckets` (where each shape compiles).
+            accelerator: on GPUs or TPUs (where each shape compiles): a recipe without
+                `bucket_lengths` takes `accelerator_buckets`, packed steps one shape.
         """
-        from bertkit.batching.packing import packed_row_counts
-
         training = recipe.training
         buckets = tuple(
             buckets or bucket_lengths(recipe.backbone.sequence_length, training.bucket_lengths)
         )
         if accelerator and compiles_each_shape and training.bucket_lengths is None:
             buckets = accelerator_buckets(buckets)
+        fixed = accelerator and compiles_each_shape and training.packing
         counts = packed_row_counts(training.batch_size) if compiles_each_shape else None
         return cls(
             batch_size=training.batch_size,
@@ -158,6 +161,7 @@ class BatchPlan:
             micro_batches=training.micro_batches,
             packing=training.packing,
             packed_row_counts=counts if training.packing else None,
+            fixed_packing_epochs=training.epochs if fixed else 0,
             row_multiple=row_multiple,
             seed=training.seed,
         )

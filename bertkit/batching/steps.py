@@ -89,6 +89,8 @@ class TrainingBatches:
         self.row_multiple = plan.row_multiple  # devices sharing each step (see fill_rows)
         self.lengths = features.lengths()
         self.order, self.layout = plan.order_strategy(self.lengths), plan.layout()
+        if plan.packing and plan.fixed_packing_epochs:  # one shape for the run's steps
+            self.layout = self.layout.fixed_over(self._step_lengths(plan.fixed_packing_epochs))
         self.epoch = 0
         batches = self.order.batches(0)
         smallest = min(len(rows) for rows in batches)
@@ -102,6 +104,11 @@ class TrainingBatches:
         self._made = (None, None)  # ((epoch, first step of a batch), its made parts)
         self._lock = threading.Lock()
         self._epoch_steps, self._steps_epoch = None, None  # the current epoch's step rows
+
+    def _step_lengths(self, epochs: int) -> list:
+        """The token counts of each step's rows over the first `epochs` epochs."""
+        steps = (rows for epoch in range(epochs) for rows in self.step_rows(epoch))
+        return [self.lengths[fill_rows(rows, self.row_multiple)] for rows in steps]
 
     def step_rows(self, epoch: int) -> list:
         """Row indices of each step of `epoch`: its batches, or their micro-batches in turn."""

@@ -21,9 +21,7 @@ stage as a process with its own timeout (a failed stage is a row saying why):
     bertkit finetune        the whole command on JAX from the features files, SST-2 and
                             CoNLL-2003 in full, 1 epoch each; phases and compilation from
                             run.json; the SST-2 run once more, every program then read
-                            from the compilation cache the first filled; and SST-2 with
-                            one bucket (rows padded to the full length) in a cold cache
-                            of its own: fewer programs against more padding
+                            from the compilation cache the first filled
     transformers SST-2      transformers' whole loop on the same SST-2 epoch: tokenize,
                             train, evaluate on dev (same batch size, length, learning rate)
 
@@ -65,7 +63,6 @@ TIMEOUTS = {
         steps=90,
         finetune_sst2=210,
         finetune_sst2_warm=120,
-        finetune_sst2_one_bucket=150,
         hf_sst2=150,
         finetune_conll=180,
         budget=570,
@@ -76,7 +73,6 @@ TIMEOUTS = {
         steps=240,
         finetune_sst2=400,
         finetune_sst2_warm=400,
-        finetune_sst2_one_bucket=400,
         hf_sst2=300,
         finetune_conll=400,
         budget=1800,
@@ -125,12 +121,11 @@ class Check:
         self.steps()
         self.finetune("sst2", no_checkpoint)
         self.finetune("sst2", no_checkpoint, key="finetune_sst2_warm")  # every program cached
-        self.one_bucket_sst2(no_checkpoint)
         self.transformers_sst2(no_checkpoint)
         self.finetune("conll", no_checkpoint)
         return finish(self.results, self.shape, self.out, self.carry, self.notes, self.started)
 
-    def stage(self, key, argv, timeout, skip=None, collect=None, env=None) -> dict:
+    def stage(self, key, argv, timeout, skip=None, collect=None) -> dict:
         label = dict(ROWS)[key].format(*self.settings["sequence_lengths"])
         if any(key.startswith(prefix) for prefix in self.skip):
             skip = "left out (--skip)"
@@ -141,7 +136,7 @@ class Check:
             argv,
             timeout,
             skip,
-            env=env or (self.stock_env if argv and argv[:2] == self.torch else None),
+            env=self.stock_env if argv and argv[:2] == self.torch else None,
         )
         if collect:
             stage.collect = collect
@@ -191,25 +186,8 @@ class Check:
                     self.torch_missing if who == "hf" else None,
                 )
 
-    def one_bucket_sst2(self, no_checkpoint: str | None) -> None:
-        """SST-2 with every row padded to the recipe's length: fewer programs to compile
-        (in a cache of its own, cold) against more padding a step; the trade-off of
-        bucketing on an accelerator."""
-        settings = sst2_recipe_settings(self.carry)
-        unreadable = settings if isinstance(settings, str) else None
-        self.finetune(
-            "sst2",
-            no_checkpoint or unreadable,
-            key="finetune_sst2_one_bucket",
-            settings=[] if unreadable else [f"training.bucket_lengths=[{settings[1]}]"],
-            env={**self.env, "BERTKIT_COMPILATION_CACHE": str(self.work / "xla_one_bucket")},
-        )
-
-    def finetune(
-        self, name: str, no_checkpoint: str | None, key=None, settings=(), env=None
-    ) -> None:
-        """The whole `bertkit finetune --features` on JAX, TensorFlow blocked; `settings`:
-        recipe overrides (`--set`); `env`: the stage's environment, if not the check's."""
+    def finetune(self, name: str, no_checkpoint: str | None, key=None) -> None:
+        """The whole `bertkit finetune --features` on JAX, TensorFlow blocked."""
         key = key or f"finetune_{name}"
         run_dir, features = self.work / f"{key}_run", self.carry / f"{name}.features.npz"
         shutil.rmtree(run_dir, ignore_errors=True)  # a run left there would be resumed
@@ -226,12 +204,10 @@ class Check:
                 f"backbone.preset={self.checkpoint}",
                 "--output",
                 str(run_dir),
-                *[part for setting in settings for part in ("--set", setting)],
             ],
             self.limits[key],
             no_checkpoint,
             finetune_figures(run_dir, features),
-            env,
         )
         if (run_dir / "run.json").is_file():
             shutil.copy(run_dir / "run.json", self.out / "logs" / f"{key}.run.json")

@@ -44,6 +44,7 @@ def build_model(shape: dict, sequence_length: int):
     import keras_hub
 
     from bertkit.model.architecture import prepare_layers
+    from bertkit.model.attention import set_attention_dropout, training_attention_dropout
     from bertkit.recipes.recipe import TrainingConfig
     from bertkit.training.optimization import make_optimizer
 
@@ -51,6 +52,8 @@ def build_model(shape: dict, sequence_length: int):
         vocabulary_size=30522, max_sequence_length=512, **shape
     )
     prepare_layers(backbone, "gelu")  # as bertkit loads a Hugging Face checkpoint
+    # as `bertkit finetune` with no `backbone.attention_dropout`: 0 on a GPU (fused)
+    set_attention_dropout(backbone, training_attention_dropout(None))
     logits = keras.layers.Dense(2, name="classifier")(backbone.output["pooled_output"])
     model = keras.Model(backbone.input, logits)
     model.compile(

@@ -8,14 +8,19 @@ leaks into the next, and prints one table:
                  waits for every step
     fit          Keras `fit` on in-memory arrays: steps are dispatched ahead; also traced
                  with jax.profiler, the device's kernel time per step and the costliest
-                 XLA ops written out
+                 XLA ops written out. The model as `bertkit finetune` builds it: on a GPU
+                 attention dropout 0 and fused attention
+    bert_attention_dropout
+                 `fit` with BERT's attention dropout 0.1, so Keras' unfused attention
+                 (bertkit's default before fused attention was measured)
     no_dropout   `fit` with every dropout rate 0 (what dropout's random bits cost)
     keras_segment_lookup
                  `fit` with keras-hub's own segment-embedding lookup, whose gradient is a
                  scatter-add (bertkit.model.segment_embedding says why bertkit replaces it)
     fused_attention
                  `fit` with attention dropout 0 (`backbone.attention_dropout: 0`), so that
-                 training takes bertkit.model.attention's fused kernel (cuDNN)
+                 training takes bertkit.model.attention's fused kernel (cuDNN): on a GPU
+                 the same as `fit`, on a CPU the attention dropout alone
     unfused_attention
                  the same without the fused kernel: Keras' attention, dropout 0 (what the
                  kernel gives, apart from dropping the attention dropout)
@@ -47,13 +52,21 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RESULT = "PROFILE_STEP_RESULT "
 
+VARIANTS = (
+    "fit",
+    "bert_attention_dropout",
+    "fused_attention",
+    "unfused_attention",
+    "no_dropout",
+    "keras_segment_lookup",
+    "on_batch",
+)
 # (variant, sequence length) on a GPU; a CPU dry run (--shape tiny) runs each variant at 32
 PLAN = [  # the most telling first: a time limit cuts the last
     ("fit", 384),
     ("fit", 128),
-    ("fused_attention", 384),
+    ("bert_attention_dropout", 384),
     ("unfused_attention", 384),
-    ("fused_attention", 128),
     ("no_dropout", 384),
     ("keras_segment_lookup", 384),
     ("on_batch", 384),
@@ -77,7 +90,7 @@ def worker(args) -> None:
         training_flops_per_sequence,
     )
 
-    from bertkit.model.attention import CUDNN_REFUSALS
+    from bertkit.model.attention import CUDNN_REFUSALS, set_attention_dropout
 
     keras.config.set_dtype_policy("mixed_bfloat16")
     shape = dict(SHAPES[args.shape])
@@ -89,6 +102,8 @@ def worker(args) -> None:
         del model.get_layer("segment_embedding").call  # back to keras.layers.Embedding.call
     if args.variant in ("fused_attention", "unfused_attention"):
         without_attention_dropout(model, fused=args.variant == "fused_attention")
+    if args.variant == "bert_attention_dropout":
+        set_attention_dropout(transformer_layers(model), 0.1)  # unfused in training
     rows = batch * args.steps
     x, y = synthetic_rows(rows, length)
     started = time.perf_counter()
@@ -128,16 +143,22 @@ def worker(args) -> None:
 def without_attention_dropout(model, fused: bool) -> None:
     """Attention dropout 0 in every encoder layer; with `fused`, bertkit's fused attention
     (installed on a GPU when the backbone was prepared), else Keras' own computation."""
-    import types
-
     from bertkit.model.attention import set_attention_dropout
 
-    layers = [layer for layer in model.layers if layer.name.startswith("transformer_layer")]
-    set_attention_dropout(types.SimpleNamespace(transformer_layers=layers), 0.0)
-    for layer in layers:
+    backbone = transformer_layers(model)
+    set_attention_dropout(backbone, 0.0)
+    for layer in backbone.transformer_layers:
         attention = layer._self_attention_layer
         if not fused and "_compute_attention" in vars(attention):
             del attention._compute_attention  # back to MultiHeadAttention's
+
+
+def transformer_layers(model):
+    """The encoder layers of `model`, as `set_attention_dropout` takes a backbone's."""
+    import types
+
+    layers = [layer for layer in model.layers if layer.name.startswith("transformer_layer")]
+    return types.SimpleNamespace(transformer_layers=layers)
 
 
 def trace(model, x, y, batch, steps, out: Path) -> dict:
@@ -181,7 +202,7 @@ def trace(model, x, y, batch, steps, out: Path) -> dict:
 
 def parse_plan(text: str) -> list[tuple]:
     """`fused_attention:384+,fit:128` -> [("fused_attention", 384, "trace"), ("fit", 128)]."""
-    known, plan = {variant for variant, _ in PLAN}, []
+    known, plan = set(VARIANTS), []
     for part in filter(None, text.split(",")):
         variant, _, length = part.partition(":")
         traced = length.endswith("+")

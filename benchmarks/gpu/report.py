@@ -23,7 +23,6 @@ ROWS = (
     ("bertkit_steps_1", "bertkit steps, seq {1}"),
     ("finetune_sst2", "bertkit finetune --features, SST-2, 1 epoch"),
     ("finetune_sst2_warm", "the same SST-2 finetune again (compilation cache warm)"),
-    ("finetune_sst2_one_bucket", "SST-2 finetune, one bucket: rows padded to full length, cold"),
     ("hf_sst2", "transformers whole loop, SST-2, 1 epoch"),
     ("finetune_conll", "bertkit finetune --features, CoNLL-2003, 1 epoch"),
 )
@@ -184,7 +183,6 @@ def ratios(results: dict, sequence_lengths) -> list[str]:
     for key, which in (
         ("finetune_sst2", "cold cache"),
         ("finetune_sst2_warm", "warm cache"),
-        ("finetune_sst2_one_bucket", "one bucket, cold cache"),
     ):
         ours = results.get(key, {})
         if ours.get("status") == theirs.get("status") == "ok":

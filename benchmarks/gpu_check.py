@@ -363,25 +363,16 @@ def missing_torch(python: str, env: dict) -> str | None:
     return None
 
 
-def sst2_recipe_settings(carry: Path) -> tuple[dict, int] | str:
-    """The carry's SST-2 recipe's `training` section and sequence length, or why they
-    cannot be read."""
+def hf_sst2_arguments(carry: Path, checkpoint: Path) -> tuple[list[str], str | None]:
+    """transformers' whole loop with the SST-2 recipe's length, batch, rate and epochs;
+    or why the carry's recipe cannot be read."""
     import yaml
 
     try:
         recipe = yaml.safe_load((carry / "sst2.yaml").read_text())
-        return recipe["training"], recipe["backbone"]["sequence_length"]
+        training, length = recipe["training"], recipe["backbone"]["sequence_length"]
     except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
-        return f"the carry's sst2.yaml cannot be read ({type(error).__name__})"
-
-
-def hf_sst2_arguments(carry: Path, checkpoint: Path) -> tuple[list[str], str | None]:
-    """transformers' whole loop with the SST-2 recipe's length, batch, rate and epochs;
-    or why the carry's recipe cannot be read."""
-    settings = sst2_recipe_settings(carry)
-    if isinstance(settings, str):
-        return [], settings
-    training, length = settings
+        return [], f"the carry's sst2.yaml cannot be read ({type(error).__name__})"
     return [
         "sst2",
         "--model",

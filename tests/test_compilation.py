@@ -235,3 +235,20 @@ def test_on_an_accelerator_a_recipe_without_buckets_takes_fewer_wider_ones(monke
     assert plan_of(64, bucket_lengths=[16, 32]).pad_lengths == (16, 32, 64)  # the recipe's
     if keras.backend.backend() == "tensorflow":  # no XLA: any width, no compilation
         assert plan_of(64, jit_compile=False).pad_lengths[:3] == (8, 16, 24)
+
+
+def test_what_came_after_the_first_step_is_told_apart_from_cache_reads():
+    import time
+
+    from bertkit.training.compilation import _BACKEND_COMPILE, _CACHE_HIT, CompileCounter
+
+    counter = CompileCounter()
+    counter._on_duration(_BACKEND_COMPILE, 0.0, fun_name="jit(train_step)")  # before
+    first_step_ended = time.perf_counter()
+    counter._on_event(_CACHE_HIT)  # JAX reports a hit, then the same program's duration
+    counter._on_duration(_BACKEND_COMPILE, 0.0, fun_name="jit(predict_step)")
+    counter._on_duration(_BACKEND_COMPILE, 0.0, fun_name="jit(equal)")  # compiled
+    late = counter.record(first_step_ended)["after_first_step"]
+    assert (late["compiled"], late["from_cache"]) == (1, 1)
+    assert late["longest"]["function"] == "jit(equal)"
+    assert "after_first_step" not in counter.record()

@@ -2,8 +2,8 @@
 
 XLA is told to show the CPU as two devices before JAX loads, in a child
 process. The same recipe and seed trained on one device and on two ends with
-the same metrics; every training batch reaches the devices as two halves; the
-number of compiled training programs stays within the bucket count.
+the same metrics, padded or packed; every training batch reaches the devices as
+two halves; the number of compiled training programs stays within the bucket count.
 """
 
 import json
@@ -72,6 +72,8 @@ RUNS = {
         "gradient_accumulation_steps": 2,
     },
     "odd_batch": {"distribution": "data_parallel", "batch_size": 7},
+    "packed_one_device": {"distribution": "one_device", "batch_order": "random", "packing": True},
+    "packed_two_devices": {"distribution": "auto", "batch_order": "random", "packing": True},
 }
 
 
@@ -133,6 +135,22 @@ def test_each_device_gets_half_of_every_batch(report):
     for name in ("two_devices", "micro_batches"):
         shards = report[name]["shards"]
         assert shards and all(rows == 2 * a == 2 * b for rows, a, b in shards), name
+
+
+def test_packed_batches_train_on_two_devices_as_on_one(report):
+    # Same batches packed into the same rows (2 or 4 of them here on either: a multiple
+    # of 2 on two devices), so the same dropout masks; each device gets half of the
+    # packed rows and of the rows, and the [CLS] gather reads across the halves.
+    one, two = report["packed_one_device"], report["packed_two_devices"]
+    for a, b in zip(one["metrics"]["epochs"], two["metrics"]["epochs"], strict=True):
+        print(f"packed, epoch {a['epoch']}: loss {a['loss']!r} (1 device) vs {b['loss']!r} (2)")
+        np.testing.assert_allclose(b["loss"], a["loss"], rtol=1e-4)
+    assert (
+        two["metrics"]["final"]["validation"]["accuracy"]
+        == one["metrics"]["final"]["validation"]["accuracy"]
+    )
+    assert two["shards"] and all(rows == 2 * a == 2 * b for rows, a, b in two["shards"])
+    assert {rows for rows, _, _ in two["shards"]} > {8}  # the packed rows' arrays too
 
 
 def test_micro_batches_and_accumulation_train_on_two_devices(report):

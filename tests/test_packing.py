@@ -19,7 +19,6 @@ from bertkit.recipes.recipe import TrainingConfig, load_recipe
 from bertkit.task import Features
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
 from bertkit.training.optimization import make_optimizer
-from bertkit.training.run_steps import device_scope
 
 PAD_LENGTHS = padding_lengths(bucket_lengths(64), compiles_each_shape=False)
 
@@ -105,6 +104,7 @@ def test_on_an_accelerator_packed_steps_have_one_shape_for_the_run():
             packing=True,
             packed_row_counts=packed_row_counts(8),
             fixed_packing_epochs=epochs,
+            row_multiple=8 if epochs else 1,  # an accelerator fills every step's rows
         )
         batches = plan.training_batches(Rows(), features)
         shapes[epochs] = set(step_shapes(batches, range(3)))
@@ -112,11 +112,39 @@ def test_on_an_accelerator_packed_steps_have_one_shape_for_the_run():
                 for step in range(len(batches))}  # fmt: skip
         assert made == {shape[1:] for shape in shapes[epochs]}  # as the precompile finds
     assert len(shapes[0]) > 2
-    # one packed shape, 64 tokens wide; the rows of a step are 8, or 7 where the
-    # random order evens out the 150 rows
-    assert {rows for rows, _, _ in shapes[3]} == {8, 7}
-    assert len({shape[1:] for shape in shapes[3]}) == 1
-    assert {width for _, _, width in shapes[3]} == {64}
+    assert {rows for rows, _, _ in shapes[0]} == {8, 7}  # the random order evens out 150
+    # one shape: 8 rows (filler rows where the order gave 7), packed 64 tokens wide
+    assert len(shapes[3]) == 1
+    assert {(rows, width) for rows, _, width in shapes[3]} == {(8, 64)}
+
+
+@pytest.mark.parametrize("row_multiple", [2, 8])  # 2 devices: on a CPU, on an accelerator
+def test_filler_rows_take_no_packed_tokens_and_weigh_nothing(row_multiple):
+    from bertkit.batching.packing import packed_row_counts
+
+    features = corpus(rows=15)  # steps of 8 and 7 rows: the 7 get filler rows
+    plan = BatchPlan(
+        batch_size=8,
+        buckets=(32, 64),
+        order="random",
+        packing=True,
+        packed_row_counts=packed_row_counts(8, devices=2),
+        row_multiple=row_multiple,
+        devices=2,
+    )
+    batches = plan.training_batches(TwoHeads(), features)
+    lengths = features.lengths()
+    for step, rows in enumerate(batches.step_rows(0)):
+        inputs, targets, weights = batches.batch(step, 0)
+        packed_rows = len(inputs["token_ids"])
+        assert packed_rows % 2 == 0 and len(inputs["first_token_index"]) == 8
+        assert inputs["padding_mask"].sum() == lengths[rows].sum()  # the real rows' tokens
+        assert not inputs["first_token_index"][len(rows) :].any()
+        assert (weights["label"][len(rows) :] == 0).all() and (
+            weights["label"][: len(rows)] > 0
+        ).all()
+        labelled = sum(int((features.columns["labels"][row] >= 0).sum()) for row in rows)
+        assert np.count_nonzero(weights["tags"]) == labelled
 
 
 def tiny_backbone():
@@ -294,12 +322,20 @@ def recipe_with(task="classification", **training):
     }
 
 
-def test_packing_is_refused_where_it_cannot_work():
+def test_packing_is_refused_where_it_cannot_work(monkeypatch):
     with pytest.raises(UserError, match="the span_qa task cannot pack rows") as error:
         load_recipe(recipe_with("span_qa", packing=True))
     assert error.value.key == "training.packing"
     assert load_recipe(recipe_with(packing=True)).training.packing
     recipe = load_recipe(recipe_with(packing=True, distribution="data_parallel"))
-    with pytest.raises(UserError, match="packed batches train on one device") as error:
-        device_scope(recipe)
+    BatchPlan.check_devices(recipe.training, 2, "jax")  # one process: packed rows split
+    with pytest.raises(UserError, match="packed batches train over several devices") as error:
+        BatchPlan.check_devices(recipe.training, 2, "tensorflow")
     assert error.value.key == "training.packing"
+    assert str(error.value).endswith(
+        "on JAX in one process, not with tensorflow; set training.packing to false or "
+        "distribution: one_device"
+    )
+    monkeypatch.setattr("bertkit.batching.plan.process_count", lambda: 2)
+    with pytest.raises(UserError, match="not with 2 processes"):
+        BatchPlan.check_devices(recipe.training, 2, "jax")

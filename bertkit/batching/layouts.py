@@ -24,15 +24,16 @@ class PaddedSteps:
     def __init__(self, pad_lengths: tuple):
         self.pad_lengths = pad_lengths
 
-    def make(self, task, features: Features, rows: np.ndarray, longest: int, rng):
+    def make(self, task, features: Features, rows: np.ndarray, real: int, longest: int, rng):
+        """The step of `rows`, of which those from `real` on are filler rows."""
         padded = pad_batch(features, rows, self.pad_lengths, longest=longest)
         return task.make_batch(padded, training=True, rng=rng)
 
     def model_to_fit(self, model, backbone):
         return model
 
-    def step_shape(self, lengths: np.ndarray) -> tuple[int, int]:
-        """(rows, width) of the step made of rows with these token counts."""
+    def step_shape(self, lengths: np.ndarray, real: int) -> tuple[int, int]:
+        """(rows, width) of the step of rows with these token counts (fillers from `real`)."""
         return len(lengths), padded_length(int(lengths.max()), self.pad_lengths)
 
 
@@ -43,8 +44,9 @@ class PackedSteps:
     def __init__(self, pad_lengths: tuple, row_counts: tuple | None):
         self.pad_lengths, self.row_counts = pad_lengths, row_counts
 
-    def make(self, task, features: Features, rows: np.ndarray, longest: int, rng):
-        packed = pack_batch(features, rows, self.pad_lengths, self.row_counts)
+    def make(self, task, features: Features, rows: np.ndarray, real: int, longest: int, rng):
+        """The step of `rows`, of which those from `real` on are filler rows (not packed)."""
+        packed = pack_batch(features, rows, self.pad_lengths, self.row_counts, real)
         inputs, targets, weights = task.make_batch(packed, training=True, rng=rng)
         return {**inputs, **{name: packed[name] for name in PACKING_INPUTS}}, targets, weights
 
@@ -53,9 +55,10 @@ class PackedSteps:
 
         return packed_training_model(model, backbone)
 
-    def fixed_over(self, steps: list) -> PackedSteps:
+    def fixed_over(self, steps: list, devices: int = 1) -> PackedSteps:
         """This layout with one shape for every step of `steps` (each its rows' token
-        counts): rows of the widest padding length, as many as the fullest step needs.
+        counts): rows of the widest padding length, as many as the fullest step needs
+        (a multiple of the `devices` sharing each step).
 
         Why on an accelerator: each packed shape compiles a program (20-35 s for
         BERT-base on a GPU): the powers of two of rows and the several widths made
@@ -64,18 +67,16 @@ class PackedSteps:
         the empty packed rows of a fixed shape cost little.
 
             >>> fixed = PackedSteps((64, 128), (1, 2, 4)).fixed_over([np.array([60, 60, 60])])
-            >>> fixed.step_shape(np.array([10])), fixed.step_shape(np.array([60, 60, 60]))
+            >>> fixed.step_shape(np.array([10]), 1), fixed.step_shape(np.array([60, 60, 60]), 3)
             ((1, 2, 128), (3, 2, 128))
         """
         widest = self.pad_lengths[-1:]
         needed = max(len(pack_lengths(lengths, widest[0])) for lengths in steps)
-        return PackedSteps(widest, (needed,))
+        return PackedSteps(widest, (-(-needed // devices) * devices,))
 
-    def step_shape(self, lengths: np.ndarray) -> tuple[int, int, int]:
-        """(rows, packed rows, width) of the step made of rows with these token counts."""
+    def step_shape(self, lengths: np.ndarray, real: int) -> tuple[int, int, int]:
+        """(rows, packed rows, width) of the step of rows with these token counts (fillers
+        from `real`)."""
         width = packing_width(int(lengths.max()), self.pad_lengths)
-        return (
-            len(lengths),
-            packed_row_count(len(pack_lengths(lengths, width)), self.row_counts),
-            width,
-        )
+        packed = len(pack_lengths(lengths[:real], width))
+        return len(lengths), packed_row_count(packed, self.row_counts), width

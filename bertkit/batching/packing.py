@@ -73,16 +73,17 @@ def packing_width(longest: int, pad_lengths: tuple[int, ...], least: int = 64) -
     return pad_lengths[min(index, len(pad_lengths) - 1)]
 
 
-def packed_row_counts(batch_size: int) -> tuple[int, ...]:
+def packed_row_counts(batch_size: int, devices: int = 1) -> tuple[int, ...]:
     """The numbers of packed rows a step may have where each input shape compiles anew
-    (JAX, XLA): powers of two up to `batch_size`, so a run compiles a few programs.
+    (JAX, XLA): powers of two up to `batch_size`, so a run compiles a few programs;
+    over several `devices` sharing each step, their multiples (each gets equal rows).
 
     Example:
-        >>> packed_row_counts(24)
-        (1, 2, 4, 8, 16, 24)
+        >>> packed_row_counts(24), packed_row_counts(24, devices=4)
+        ((1, 2, 4, 8, 16, 24), (4, 8, 16, 24))
     """
     counts = [2**k for k in range(batch_size.bit_length()) if 2**k < batch_size]
-    return (*counts, batch_size)
+    return tuple(sorted({-(-count // devices) * devices for count in (*counts, batch_size)}))
 
 
 def pack_batch(
@@ -90,6 +91,7 @@ def pack_batch(
     rows: np.ndarray,
     pad_lengths: tuple[int, ...],
     row_counts: tuple[int, ...] | None = None,
+    real: int | None = None,
 ) -> dict:
     """Columns of `rows` packed into rows of `packing_width` tokens.
 
@@ -100,6 +102,9 @@ def pack_batch(
     (each row's first token in the flattened packed batch, in the order of `rows`)
     and `row_index`. `row_counts`, when given, are the numbers of packed rows
     allowed (JAX compiles each shape): empty packed rows fill up to the next.
+    Rows from `real` on are filler rows (`bertkit.padding.fill_rows`, so that the rows
+    split evenly over devices): they get their per-row values and `first_token_index`
+    0 but take no tokens, so they add no packed rows (their weight is 0).
 
     Example:
         >>> features = Features({"token_ids": [np.array([2, 5, 3]), np.array([2, 3])],
@@ -113,7 +118,7 @@ def pack_batch(
     """
     lengths = features.lengths(rows)
     width = packing_width(int(lengths.max()), pad_lengths)
-    layout = pack_lengths(lengths, width)
+    layout = pack_lengths(lengths[:real], width)
     columns = _sequence_columns(features)
     batch = _empty_packed_batch(
         features, columns, rows, (packed_row_count(len(layout), row_counts), width)

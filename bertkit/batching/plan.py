@@ -31,6 +31,7 @@ import numpy as np
 from bertkit.batching.packing import packed_row_counts
 from bertkit.errors import UserError
 from bertkit.padding import accelerator_buckets, bucket_lengths, padding_lengths
+from bertkit.parallel.multi_process import process_count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +49,10 @@ class BatchPlan:
         packed_row_counts: numbers of packed rows a step may have (None: any).
         fixed_packing_epochs: on an accelerator, the run's epochs: packed steps then all
             have one shape (`PackedSteps.fixed_over` those epochs); 0: not fixed.
-        row_multiple: devices sharing each step (a step's rows are a multiple of it).
+        row_multiple: each step's rows are filled to a multiple of it (filler rows weigh
+            nothing): the devices sharing it, or on an accelerator the whole batch.
         seed: the data order's seed.
+        devices: the devices sharing each step (packed steps have a multiple of packed rows).
     """
 
     batch_size: int
@@ -62,6 +65,7 @@ class BatchPlan:
     fixed_packing_epochs: int = 0
     row_multiple: int = 1
     seed: int = 0
+    devices: int = 1
 
     def __post_init__(self):
         if self.order not in ("length_buckets", "random"):
@@ -106,10 +110,11 @@ class BatchPlan:
                     source=source,
                     key=f"training.{key}",
                 )
-        if training.packing:
+        if training.packing and (backend != "jax" or process_count() > 1):
+            where = f"{process_count()} processes" if backend == "jax" else backend
             raise UserError(
-                f"packed batches train on one device, not {devices}; set "
-                "training.packing to false or distribution: one_device",
+                f"packed batches train over several devices on JAX in one process, not "
+                f"with {where}; set training.packing to false or distribution: one_device",
                 source=source,
                 key="training.packing",
             )
@@ -131,6 +136,7 @@ class BatchPlan:
         *,
         compiles_each_shape: bool,
         row_multiple: int = 1,
+        devices: int = 1,
         buckets=None,
         accelerator: bool = False,
     ) -> BatchPlan:
@@ -140,10 +146,9 @@ class BatchPlan:
             recipe: a `bertkit.recipes.recipe.Recipe` (its rules were checked when it loaded).
             compiles_each_shape: whether every new input shape compiles a program (JAX,
                 XLA): then steps pad to the buckets only, packed steps have few row counts.
-            row_multiple: devices sharing each step (`devices_sharing_a_batch()`).
-            buckets: the bucket lengths, when they come from elsewhere (a features file's).
-            accelerator: on GPUs or TPUs (where each shape compiles): a recipe without
-                `bucket_lengths` takes `accelerator_buckets`, packed steps one shape.
+            row_multiple, devices: as the attributes. buckets: from a features file.
+            accelerator: on a GPU or TPU: `accelerator_buckets` (where the recipe sets
+                no `bucket_lengths`) and one packed shape, as each shape compiles there.
         """
         training = recipe.training
         buckets = tuple(
@@ -151,8 +156,7 @@ class BatchPlan:
         )
         if accelerator and compiles_each_shape and training.bucket_lengths is None:
             buckets = accelerator_buckets(buckets)
-        fixed = accelerator and compiles_each_shape and training.packing
-        counts = packed_row_counts(training.batch_size) if compiles_each_shape else None
+        packed = compiles_each_shape and training.packing  # into few shapes
         return cls(
             batch_size=training.batch_size,
             buckets=buckets,
@@ -160,10 +164,11 @@ class BatchPlan:
             order=training.batch_order,
             micro_batches=training.micro_batches,
             packing=training.packing,
-            packed_row_counts=counts if training.packing else None,
-            fixed_packing_epochs=training.epochs if fixed else 0,
+            packed_row_counts=packed_row_counts(training.batch_size, devices) if packed else None,
+            fixed_packing_epochs=training.epochs if packed and accelerator else 0,
             row_multiple=row_multiple,
             seed=training.seed,
+            devices=devices,
         )
 
     # ---- what a run trains on

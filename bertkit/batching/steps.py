@@ -86,11 +86,12 @@ class TrainingBatches:
     def __init__(self, task, features: Features, plan):
         self.task, self.features, self.plan = task, features, plan
         self.seed, self.micro_batches = plan.seed, plan.micro_batches
-        self.row_multiple = plan.row_multiple  # devices sharing each step (see fill_rows)
+        self.row_multiple = plan.row_multiple  # each step filled to a multiple (fill_rows)
         self.lengths = features.lengths()
         self.order, self.layout = plan.order_strategy(self.lengths), plan.layout()
         if plan.packing and plan.fixed_packing_epochs:  # one shape for the run's steps
-            self.layout = self.layout.fixed_over(self._step_lengths(plan.fixed_packing_epochs))
+            steps = self._step_lengths(plan.fixed_packing_epochs)
+            self.layout = self.layout.fixed_over(steps, plan.devices)
         self.epoch = 0
         batches = self.order.batches(0)
         smallest = min(len(rows) for rows in batches)
@@ -107,8 +108,7 @@ class TrainingBatches:
 
     def _step_lengths(self, epochs: int) -> list:
         """The token counts of each step's rows over the first `epochs` epochs."""
-        steps = (rows for epoch in range(epochs) for rows in self.step_rows(epoch))
-        return [self.lengths[fill_rows(rows, self.row_multiple)] for rows in steps]
+        return [self.lengths[rows] for epoch in range(epochs) for rows in self.step_rows(epoch)]
 
     def step_rows(self, epoch: int) -> list:
         """Row indices of each step of `epoch`: its batches, or their micro-batches in turn."""
@@ -140,17 +140,12 @@ class TrainingBatches:
         for step in range(first, first + self.micro_batches):
             rows = fill_rows(self._epoch_steps[step], self.row_multiple)
             share = process_share(len(rows))  # this process's rows; all of them in one
-            made.append(
-                self.layout.make(
-                    self.task,
-                    self.features,
-                    rows[share],
-                    int(self.lengths[rows].max()),
-                    self._rng(epoch, step),
-                )
-            )
             real = len(self._epoch_steps[step])  # the filler rows come after these
-            counts.append((min(max(real - share.start, 0), len(rows[share])), len(rows[share])))
+            real = min(max(real - share.start, 0), len(rows[share]))  # within the share
+            longest = int(self.lengths[rows].max())
+            rng = self._rng(epoch, step)
+            made.append(self.layout.make(self.task, self.features, rows[share], real, longest, rng))
+            counts.append((real, len(rows[share])))
         filled = any(real < size for real, size in counts)
         if made[0][2] is None:
             if self.micro_batches == 1 and self.row_multiple == 1:

@@ -65,8 +65,8 @@ def step_shapes(batches, epochs: range) -> dict[tuple, tuple[int, int]]:
     first: dict[tuple, tuple[int, int]] = {}
     for epoch in epochs:
         for step, rows in enumerate(batches.step_rows(epoch)):
-            rows = fill_rows(rows, batches.row_multiple)  # as the step is made
-            key = batches.layout.step_shape(batches.lengths[rows])
+            filled = fill_rows(rows, batches.row_multiple)  # as the step is made
+            key = batches.layout.step_shape(batches.lengths[filled], len(rows))
             first.setdefault(key, (epoch, step))
     return first
 

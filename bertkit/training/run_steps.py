@@ -138,11 +138,11 @@ def batch_plan(recipe: Recipe, buckets=None):
     training = recipe.training
     compiles = bool(jit_compile_setting(training.jit_compile))
     compiles = compiles or keras.backend.backend() == "jax"
-    rows = distribution.devices_sharing_a_batch()
-    # packed steps and micro-batches (parts split by length) have row counts of their own
-    if compiles and not training.packing and training.micro_batches == 1:
+    rows = devices = distribution.devices_sharing_a_batch()
+    if compiles and training.micro_batches == 1:  # micro-batches have row counts of their own
         rows = distribution.full_batch_rows(training.batch_size)
-    where = dict(row_multiple=rows, buckets=buckets, accelerator=distribution.on_accelerator())
+    where = dict(row_multiple=rows, devices=devices, buckets=buckets)
+    where["accelerator"] = distribution.on_accelerator()
     return BatchPlan.from_recipe(recipe, compiles_each_shape=compiles, **where)
 
 

@@ -177,7 +177,7 @@ class TrainingConfig:
         metadata={
             "help": "lay each batch's rows end to end in a few long rows (block-diagonal "
             "attention, positions restart per row): the same update, far less padding; "
-            "tagging and classification, one device"
+            "tagging and classification; several devices on JAX only"
         },
     )
     lora: LoraConfig | None = _field(

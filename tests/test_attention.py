@@ -30,7 +30,7 @@ def test_the_jax_tests_pass_under_jax():
         env={**os.environ, "KERAS_BACKEND": "jax"}, capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert "7 passed" in done.stdout, done.stdout[-500:]
+    assert "8 passed" in done.stdout, done.stdout[-500:]
 
 
 def projected(seed: int, batch=2, length=6, heads=2, size=4):
@@ -61,6 +61,21 @@ def test_padding_as_key_counts_gives_keras_outputs(training):
     fused, _ = attention.fused_attention(layer, "xla", query, key, value, mask, training)
     expected = keras_attention(layer, query, key, value, mask, training)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(fused), expected, atol=1e-5)
+
+
+@jax_only
+def test_padding_at_the_start_of_a_row_is_kept_at_inference():
+    # A caller's mask padded at the start (left padding) cannot go in as key counts:
+    # at inference the check sends it in as a mask, and rows padded at the end by counts.
+    query, key, value = projected(2, batch=3)
+    mask = np.array([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]])[:, None, :]
+    layer = attention_layer()
+    expected = keras_attention(layer, query, key, value, mask)
+    for rows in ([0, 1], [1, 2]):  # padded at the start: the mask; at the end: key counts
+        fused, _ = attention.fused_attention(
+            layer, "xla", *(x[rows] for x in (query, key, value)), mask[rows]
+        )
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(fused), expected[rows], atol=1e-5)
 
 
 @jax_only

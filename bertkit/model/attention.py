@@ -13,8 +13,9 @@ falls back on GPUs as well (cuDNN takes no mask broadcast over the queries: "Bia
 have same seq length as QKV"). `use_fused_attention` gives each encoder layer
 `fused_attention` instead, on JAX with a GPU: `jax.nn.dot_product_attention` (cuDNN's
 flash attention where cuDNN takes the call: bfloat16 or float16 on an Ampere or newer
-GPU; else XLA's), with padding given as each row's key count, wherever no dropout
-applies: at inference, and in training with `attention_dropout: 0` (the default there).
+GPU; else XLA's), with padding given as each row's key count (padding at the end of
+each row: bertkit's batches always; a caller's inputs at inference are checked), wherever
+no dropout applies: at inference, and in training with `attention_dropout: 0` (the default there).
 In training with attention dropout above 0 it keeps Keras' computation. Only the
 layers' attention computation changes: classes, variables and
 weight paths stay keras-hub's. `tests/test_attention.py` checks the outputs and gradients
@@ -111,9 +112,14 @@ def fused_attention(
     use_causal_mask=False,
 ):
     """`keras.layers.MultiHeadAttention._compute_attention` of `layer` in one
-    `jax.nn.dot_product_attention` where no dropout applies (see the module docstring)."""
-    import jax
+    `jax.nn.dot_product_attention` where no dropout applies (see the module docstring).
 
+    A `(batch, 1, keys)` mask is BERT's padding mask: it goes in as each row's key count,
+    which cuDNN takes, where the padding is at the end of each row. Training batches are
+    bertkit's own, padded at the end; at inference (a caller's inputs) a check picks the
+    key counts where that holds and the mask as a mask elsewhere. Any other mask (the
+    block-diagonal one of packed rows) goes in as a mask.
+    """
     dropping = training and layer._dropout > 0
     if dropping or return_attention_scores or use_causal_mask or len(query.shape) != 4:
         keras_computation = type(layer)._compute_attention
@@ -121,35 +127,47 @@ def fused_attention(
             layer, query, key, value, attention_mask, training, return_attention_scores,
             use_causal_mask=use_causal_mask,
         )  # fmt: skip
-    options = {"scale": layer._inverse_sqrt_key_dim, **mask_options(attention_mask)}
-    if implementation is None:  # as Keras' JAX backend does: cuDNN refuses when traced
+    attend = functools.partial(
+        dot_product_attention, query, key, value, layer._inverse_sqrt_key_dim
+    )
+    if attention_mask is None:
+        return attend(implementation), None
+    mask = ops.cast(attention_mask, "bool")
+    if mask.shape[-2] != 1:
+        return attend(implementation, mask=mask_seen_by_every_query(mask)), None
+    counts = ops.sum(ops.cast(mask[:, 0, :], "int32"), axis=-1)
+    # a row of padding only sees one key: none could give NaN (its output is never read)
+    at_least_one = ops.maximum(counts, 1)
+    by_counts = functools.partial(attend, implementation, key_value_seq_lengths=at_least_one)
+    if training:
+        return by_counts(), None
+    at_end = ops.arange(mask.shape[-1])[None, :] < counts[:, None]
+    as_mask = functools.partial(attend, "xla", mask=mask_seen_by_every_query(mask))
+    return ops.cond(ops.all(ops.equal(mask[:, 0, :], at_end)), by_counts, as_mask), None
+
+
+def dot_product_attention(query, key, value, scale, implementation, **masking):
+    """`jax.nn.dot_product_attention`; `implementation` None: cuDNN where it takes the
+    call (as Keras' JAX backend does: it refuses when traced), else XLA's."""
+    import jax
+
+    if implementation is None:
         try:
             return jax.nn.dot_product_attention(
-                query, key, value, implementation="cudnn", **options
-            ), None
+                query, key, value, scale=scale, implementation="cudnn", **masking
+            )
         except Exception as error:  # noqa: BLE001 (float32, an old GPU or cuDNN, a shape)
             CUDNN_REFUSALS.append(f"{type(error).__name__}: {error}"[:300])
             implementation = "xla"
-    output = jax.nn.dot_product_attention(
-        query, key, value, implementation=implementation, **options
+    return jax.nn.dot_product_attention(
+        query, key, value, scale=scale, implementation=implementation, **masking
     )
-    return output, None
 
 
-def mask_options(attention_mask) -> dict:
-    """`jax.nn.dot_product_attention`'s masking arguments for Keras' attention mask.
-
-    A `(batch, 1, keys)` mask is BERT's padding mask, its padding at the end of each row
-    (as bertkit pads): it goes in as each row's key count, which cuDNN takes. Any other
-    mask (the block-diagonal one of packed rows) goes in as a mask. A query that may see
-    no key (a padding position of packed rows) sees them all instead: its output is never
-    read, and a softmax over nothing could give NaN, which a weight of 0 does not cancel.
-    """
-    if attention_mask is None:
-        return {}
-    mask = ops.cast(attention_mask, "bool")
-    if mask.shape[-2] == 1:
-        lengths = ops.sum(ops.cast(mask[:, 0, :], "int32"), axis=-1)
-        return {"key_value_seq_lengths": ops.maximum(lengths, 1)}
+def mask_seen_by_every_query(mask):
+    """A `(batch, queries or 1, keys)` boolean mask as `jax.nn.dot_product_attention` takes
+    it, `(batch, heads: broadcast, queries, keys)`. A query that may see no key (a
+    padding position of packed rows) sees them all instead: its output is never read,
+    and a softmax over nothing could give NaN, which a weight of 0 does not cancel."""
     mask = ops.logical_or(mask, ops.logical_not(ops.any(mask, axis=-1, keepdims=True)))
-    return {"mask": mask[:, None, :, :]}  # (batch, heads: broadcast, queries, keys)
+    return mask[:, None, :, :]

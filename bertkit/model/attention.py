@@ -15,10 +15,10 @@ have same seq length as QKV"). `use_fused_attention` gives each encoder layer
 flash attention where cuDNN takes the call: bfloat16 or float16 on an Ampere or newer
 GPU; else XLA's), with padding given as each row's key count (padding at the end of
 each row: bertkit's batches always; a caller's inputs at inference are checked), wherever
-no dropout applies: at inference, and in training with `attention_dropout: 0` (the default there).
-In training with attention dropout above 0 it keeps Keras' computation. Only the
-layers' attention computation changes: classes, variables and
-weight paths stay keras-hub's. `tests/test_attention.py` checks the outputs and gradients
+no dropout applies: at inference, and in training with `attention_dropout: 0` (the
+default there). In training with attention dropout above 0 it keeps Keras' computation.
+Only the layers' attention computation changes: classes, variables and weight paths stay
+keras-hub's. `tests/test_attention.py` checks the outputs and gradients
 against Keras' computation (XLA's implementation, on the CPU).
 
     >>> from bertkit.testing import write_tiny_checkpoint

@@ -2,6 +2,7 @@
 persistent compilation cache, and run.json counts the programs a run compiled. And no
 step waits on the host: Keras runs the step-end callbacks of a JAX run off the main thread."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -185,6 +186,10 @@ def test_on_an_accelerator_short_batches_are_filled_to_full_ones(monkeypatch, tm
     monkeypatch.setattr(distribution, "on_accelerator", lambda: True)
     plan = batch_plan(recipe)
     assert plan.row_multiple == 8
+    # packed steps too: their filler rows take no tokens (tests/test_packing.py)
+    training = dataclasses.replace(recipe.training, packing=True, batch_order="random")
+    packed = batch_plan(dataclasses.replace(recipe, training=training))
+    assert (packed.row_multiple, packed.fixed_packing_epochs) == (8, 3)
 
     lengths = np.arange(3, 23)  # 20 rows: two full batches of 8 and one of 4
     features = Features(

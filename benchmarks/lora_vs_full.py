@@ -98,7 +98,7 @@ def run(args, mode: str, seed: int, files: dict, workdir: Path) -> dict:
     result.update(json.loads(line.removeprefix("RESULT ")))
     final = json.loads((run_dir / "metrics.json").read_text())["final"]
     phases = json.loads((run_dir / "run.json").read_text())["phases"]
-    steps = len(json.loads((run_dir / "steps.json").read_text())["steps"])
+    steps = steps_trained(json.loads((run_dir / "steps.json").read_text())["steps"])
     result["step_seconds"] = phases["train_steps"] / max(steps - 1, 1)
     result["steps"] = steps
     if args.corpus == "sst2":
@@ -106,6 +106,20 @@ def run(args, mode: str, seed: int, files: dict, workdir: Path) -> dict:
     else:
         result["dev"], result["test"] = final["validation"]["f1"], final["test"]["f1"]
     return result
+
+
+def steps_trained(records: list) -> int:
+    """The training steps of a run from its `steps.json` records, which are kept every
+    few steps (about 50 an epoch) and always at each epoch's last step (its count).
+
+        >>> steps_trained([{"epoch": 1, "step": 2}, {"epoch": 1, "step": 3},
+        ...                {"epoch": 2, "step": 2}, {"epoch": 2, "step": 3}])
+        6
+    """
+    last = {}
+    for record in records:
+        last[record["epoch"]] = max(last.get(record["epoch"], 0), record["step"])
+    return sum(last.values())
 
 
 def write_files(args, workdir: Path) -> dict:

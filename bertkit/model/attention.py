@@ -135,15 +135,22 @@ def fused_attention(
     mask = ops.cast(attention_mask, "bool")
     if mask.shape[-2] != 1:
         return attend(implementation, mask=mask_seen_by_every_query(mask)), None
-    counts = ops.sum(ops.cast(mask[:, 0, :], "int32"), axis=-1)
+    return padded_attention(attend, implementation, mask[:, 0, :], training), None
+
+
+def padded_attention(attend, implementation, padding, training):
+    """`attend` with the `(batch, keys)` `padding` mask as each row's key count; at
+    inference (not in training, whose batches are bertkit's) only where every row's
+    padding is at its end, else as a mask (XLA's kernel)."""
+    counts = ops.sum(ops.cast(padding, "int32"), axis=-1)
     # a row of padding only sees one key: none could give NaN (its output is never read)
     at_least_one = ops.maximum(counts, 1)
     by_counts = functools.partial(attend, implementation, key_value_seq_lengths=at_least_one)
     if training:
-        return by_counts(), None
-    at_end = ops.arange(mask.shape[-1])[None, :] < counts[:, None]
-    as_mask = functools.partial(attend, "xla", mask=mask_seen_by_every_query(mask))
-    return ops.cond(ops.all(ops.equal(mask[:, 0, :], at_end)), by_counts, as_mask), None
+        return by_counts()
+    at_end = ops.arange(padding.shape[-1])[None, :] < counts[:, None]
+    as_mask = functools.partial(attend, "xla", mask=mask_seen_by_every_query(padding[:, None]))
+    return ops.cond(ops.all(ops.equal(padding, at_end)), by_counts, as_mask)
 
 
 def dot_product_attention(query, key, value, scale, implementation, **masking):

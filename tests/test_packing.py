@@ -337,5 +337,6 @@ def test_packing_is_refused_where_it_cannot_work(monkeypatch):
         "distribution: one_device"
     )
     monkeypatch.setattr("bertkit.batching.plan.process_count", lambda: 2)
-    with pytest.raises(UserError, match="not with 2 processes"):
+    with pytest.raises(UserError, match="not with 2 processes") as error:
         BatchPlan.check_devices(recipe.training, 2, "jax")
+    assert str(error.value).endswith("set training.packing to false")  # one device: no job

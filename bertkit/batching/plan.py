@@ -110,11 +110,17 @@ class BatchPlan:
                     source=source,
                     key=f"training.{key}",
                 )
-        if training.packing and (backend != "jax" or process_count() > 1):
-            where = f"{process_count()} processes" if backend == "jax" else backend
+        processes = process_count()
+        if training.packing and (backend != "jax" or processes > 1):
+            # a multi-process job cannot train on one device (data_parallel_devices)
+            where, or_else = (
+                (f"{processes} processes", "")
+                if backend == "jax"
+                else (backend, " or distribution: one_device")
+            )
             raise UserError(
                 f"packed batches train over several devices on JAX in one process, not "
-                f"with {where}; set training.packing to false or distribution: one_device",
+                f"with {where}; set training.packing to false{or_else}",
                 source=source,
                 key="training.packing",
             )

@@ -120,7 +120,7 @@ def test_a_damaged_header_is_one_line(featurized, tmp_path):
     _rewrite_header(
         featurized / "features.npz", tmp_path / "bad.npz", lambda header: header.pop("train")
     )
-    with pytest.raises(UserError, match="bad.npz: damaged features file"):
+    with pytest.raises(UserError, match="bad.npz: header: train is missing; featurize again"):
         read_feature_file(tmp_path / "bad.npz")
 
 

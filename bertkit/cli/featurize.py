@@ -16,9 +16,14 @@ def add_to(commands) -> None:
     sub.add_argument("recipe")
     add_set(sub)
     sub.add_argument("--out", metavar="FILE", help="default: <output_dir>.features.npz")
+    sub.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing --out that is not a features file of this recipe",
+    )
 
 
 def run(args) -> None:
     from bertkit.training.trainer import featurize
 
-    featurize(args.recipe, args.out, overrides=args.overrides)
+    featurize(args.recipe, args.out, overrides=args.overrides, overwrite=args.overwrite)

@@ -4,7 +4,9 @@
 TensorFlow) and writes the training rows, the validation rows and the validation examples;
 `bertkit finetune RECIPE --features FILE` then trains from it with any Keras backend, for
 example `KERAS_BACKEND=jax` on a GPU machine that has only JAX. The file holds plain arrays and
-JSON (no pickles): ragged columns are stored as concatenated values plus row offsets.
+JSON (no pickles): ragged columns are stored as concatenated values plus row offsets. Its
+layout is `bertkit.training.feature_file_schema`'s (docs/reference/features-file.md); reading
+checks all of it in one pass, before anything is built from it.
 """
 
 from __future__ import annotations
@@ -17,84 +19,54 @@ import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.task import Features
+from bertkit.training import feature_file_checks as checks
+from bertkit.training.feature_file_archive import (
+    NOT_FEATURES,
+    parse_header,
+    read_archive,
+    write_atomically,
+)
+from bertkit.training.feature_file_examples import (
+    count_examples,
+    examples_from_json,
+    examples_to_json,
+)
+from bertkit.training.feature_file_schema import (
+    COLUMNS,
+    FORMAT_VERSION,
+    member,
+    member_name,
+)
 
-FORMAT_VERSION = 1
+__all__ = ["FORMAT_VERSION", "FeatureFile", "keeps_validation", "read_feature_file"]
 
 
-def _pack_features(prefix: str, features: Features, arrays: dict) -> dict:
+def _stored(values: np.ndarray, pattern: str, column: str) -> np.ndarray:
+    """`values` in the dtype the schema writes (a plugin's own columns keep theirs)."""
+    return values.astype(member(pattern).write_dtype) if column in COLUMNS else values
+
+
+def _pack_features(split: str, features: Features, arrays: dict) -> dict:
     columns = {}
     for name, column in features.columns.items():
         if features.is_sequence(name):
-            arrays[f"{prefix}/{name}/values"] = np.concatenate(column) if column else np.zeros(0)
-            arrays[f"{prefix}/{name}/offsets"] = np.cumsum([0] + [len(v) for v in column])
+            lengths = np.fromiter(map(len, column), np.int64, len(column))
+            values = np.concatenate(column) if column else np.zeros(0, np.int32)
+            arrays[member_name(split, name, "values")] = _stored(
+                values, "{split}/{column}/values", name
+            )
+            offsets = np.concatenate([[0], np.cumsum(lengths)])
+            arrays[member_name(split, name, "offsets")] = offsets.astype(np.int64)
             columns[name] = "sequence"
         else:
-            arrays[f"{prefix}/{name}"] = np.asarray(column)
+            arrays[member_name(split, name)] = _stored(np.asarray(column), "{split}/{column}", name)
             columns[name] = "scalar"
-    arrays[f"{prefix}/example_index"] = np.asarray(features.example_index)
-    return {"columns": columns, "pad_values": features.pad_values}
-
-
-def _unpack_features(prefix: str, layout: dict, data) -> Features:
-    columns = {}
-    for name, kind in layout["columns"].items():
-        if kind == "sequence":
-            values, offsets = data[f"{prefix}/{name}/values"], data[f"{prefix}/{name}/offsets"]
-            columns[name] = [values[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
-        else:
-            columns[name] = data[f"{prefix}/{name}"]
-    return Features(columns, data[f"{prefix}/example_index"], layout["pad_values"])
-
-
-def _type_name(kind: type) -> str:
-    return f"{kind.__module__}:{kind.__qualname__}"
-
-
-def _examples_to_json(examples: list, example_type: type | None) -> dict | None:
-    """The examples as JSON, or None when they are not all of the task's `Example` type."""
-    if not examples:
-        return {"type": None, "items": []}
-    if example_type is None or not all(type(e) is example_type for e in examples):
-        return None
-    return {"type": _type_name(example_type), "items": [dataclasses.asdict(e) for e in examples]}
-
-
-def _examples_from_json(value, example_type: type | None, path) -> list | None:
-    """Rebuilds the stored examples as the recipe's task `Example` type, and only as that.
-
-    The file only names the type; it is compared with the task's, never imported: a
-    features file is data from elsewhere and must not choose code to run.
-    """
-    if not isinstance(value, dict) or not isinstance(value.get("items"), list):
-        raise UserError("not a bertkit features file (validation examples)", source=path)
-    if value.get("type") is None:
-        return []
-    if example_type is None or value["type"] != _type_name(example_type):
-        expected = _type_name(example_type) if example_type else "none"
-        raise UserError(
-            f"validation examples of type {str(value['type'])[:80]!r}; the "
-            f"recipe's task reads {expected}",
-            source=path,
-        )
-    fields = {field.name for field in dataclasses.fields(example_type)}
-    examples = []
-    for number, item in enumerate(value["items"], 1):
-        if not isinstance(item, dict) or set(item) - fields:
-            raise UserError(
-                f"validation example {number} is not a {example_type.__name__} "
-                f"(fields: {', '.join(sorted(fields))})",
-                source=path,
-            )
-        try:
-            examples.append(example_type(**{k: _frozen(v) for k, v in item.items()}))
-        except TypeError as error:  # a required field missing
-            raise UserError(f"validation example {number}: {error}", source=path) from None
-    return examples
-
-
-def _frozen(value):
-    """JSON lists back to the tuples the frozen example dataclasses hold."""
-    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
+    arrays[member_name(split)] = np.asarray(features.example_index, np.int64)
+    pads = {
+        name: value.item() if hasattr(value, "item") else value
+        for name, value in features.pad_values.items()
+    }
+    return {"rows": len(features), "columns": columns, "pad_values": pads}
 
 
 def keeps_validation(
@@ -104,7 +76,7 @@ def keeps_validation(
     return (
         validation is not None
         and not validation.extras
-        and _examples_to_json(examples or [], example_type) is not None
+        and examples_to_json(examples or [], example_type) is not None
     )
 
 
@@ -116,28 +88,32 @@ def write_feature_file(
     validation: Features | None,
     validation_examples: list | None,
     example_type: type | None = None,
+    data_files: dict | None = None,
+    vocabulary: dict | None = None,
 ) -> Path:
     """Saves featurized splits and what is needed to evaluate the validation split.
 
     Validation rows whose decoding needs extras (character offsets, windows: tagging,
     span QA), or whose examples are not of the task's `example_type` (`Task.Example`),
     are left out: their validation is evaluated where TensorFlow is (`bertkit evaluate
-    RUN_DIR`).
+    RUN_DIR`). `data_files` and `vocabulary` identify what the rows were made from
+    (`bertkit.training.feature_file_data`). The file is written to a temporary file
+    beside `path` and renamed over it, so a failed write leaves an older file intact.
     """
     arrays: dict = {}
     header = {
         "format": FORMAT_VERSION,
         "description": description,
+        "data_files": data_files or {},
+        "vocabulary": vocabulary or {},
         "train": _pack_features("train", train, arrays),
     }
     if keeps_validation(validation, validation_examples, example_type):
         header["validation"] = _pack_features("validation", validation, arrays)
-        header["validation_examples"] = _examples_to_json(validation_examples or [], example_type)
+        header["validation_examples"] = examples_to_json(validation_examples or [], example_type)
     arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as handle:
-        np.savez(handle, **arrays)
+    write_atomically(path, arrays)
     return path
 
 
@@ -147,37 +123,114 @@ class FeatureFile:
     train: Features
     validation: Features | None
     validation_examples: list | None
+    data_files: dict = dataclasses.field(default_factory=dict)
+    vocabulary: dict = dataclasses.field(default_factory=dict)
 
 
 def read_feature_file(path, example_type: type | None = None) -> FeatureFile:
-    """Loads what `write_feature_file` wrote (no TensorFlow needed).
+    """Loads what `write_feature_file` wrote (no TensorFlow needed), every array and header
+    field checked against the schema first (`bertkit.training.feature_file_schema`).
 
     Validation examples are rebuilt as `example_type` (the recipe's `Task.Example`) when
     the file's match it, else refused; without `example_type` they are not read.
     """
-    try:
-        data = np.load(path, allow_pickle=False)
-        header = json.loads(bytes(data["header"]).decode())
-    except FileNotFoundError:
-        raise UserError("features file not found", source=path) from None
-    except (OSError, ValueError, KeyError) as error:
-        raise UserError(f"not a bertkit features file ({error})", source=path) from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
-        found = header.get("format") if isinstance(header, dict) else None
-        raise UserError(
-            f"features file format {found} is not {FORMAT_VERSION}; featurize again", source=path
-        )
-    try:
-        validation = None
-        if "validation" in header:
-            validation = _unpack_features("validation", header["validation"], data)
-        train = _unpack_features("train", header["train"], data)
-        description = dict(header["description"])
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise UserError(
-            f"damaged features file ({type(error).__name__}: {error})"[:200], source=path
-        ) from None
-    examples = None
-    if example_type is not None and "validation_examples" in header:
-        examples = _examples_from_json(header["validation_examples"], example_type, path)
-    return FeatureFile(description, train, validation, examples)
+    arrays = read_archive(path)
+    if "header" not in arrays:
+        raise UserError(f"{NOT_FEATURES} (no header)", source=path)
+    raw = checks.check_array(arrays.pop("header"), "header", "header", path)
+    if raw.dtype != np.uint8:
+        raise UserError(f"{NOT_FEATURES} (its header is not bytes)", source=path)
+    header = parse_header(raw.tobytes(), path)
+    checks.check_format(header, path)
+    limits = checks.check_limits(header, path)
+    layouts = {"train": checks.check_layout("train", header.get("train"), path)}
+    if "validation" in header:
+        layouts["validation"] = checks.check_layout("validation", header["validation"], path)
+    _check_members(arrays, layouts, path)
+    examples_count, examples = None, None
+    if "validation" in layouts:
+        examples_count = count_examples(header.get("validation_examples"), path)
+        if example_type is not None:  # first: the type the file names is the first question
+            labels = header["description"]["state"].get("labels")
+            examples = examples_from_json(header["validation_examples"], example_type, labels, path)
+    splits = {
+        split: _unpack_split(split, layout, arrays, limits, examples_count, path)
+        for split, layout in layouts.items()
+    }
+    return FeatureFile(
+        header["description"],
+        splits["train"],
+        splits.get("validation"),
+        examples,
+        header["data_files"],
+        header["vocabulary"],
+    )
+
+
+def _check_members(arrays: dict, layouts: dict, path) -> None:
+    """The archive holds exactly the arrays its header's layouts name."""
+    expected = set().union(*(checks.expected_members(s, layout) for s, layout in layouts.items()))
+    missing = sorted(expected - set(arrays))
+    if missing:
+        raise checks.refuse(f"{missing[0]} is missing (the header names it)", path)
+    unknown = sorted(set(arrays) - expected)
+    if unknown:
+        raise checks.refuse(f"holds an array its header does not name: {unknown[0][:80]!r}", path)
+
+
+def _unpack_split(split, layout: dict, arrays: dict, limits: dict, examples, path) -> Features:
+    rows, columns, token_offsets = layout["rows"], {}, None
+    names = sorted(layout["columns"], key=lambda name: name != "token_ids")  # token_ids first
+    for name in names:
+        if layout["columns"][name] == "sequence":
+            columns[name], offsets = _sequence(split, name, arrays, rows, limits, path)
+            if token_offsets is None:
+                token_offsets = offsets
+            elif not np.array_equal(offsets, token_offsets):
+                _refuse_other_lengths(offsets, token_offsets, f"{split}/{name}", path)
+        else:
+            columns[name] = _scalar(split, name, arrays, rows, limits, path)
+    name = member_name(split)
+    index = checks.check_array(arrays[name], name, "{split}/example_index", path)
+    checks.check_length(index, name, rows, f"the header's {rows} {split} rows", path)
+    checks.check_example_index(index, name, split, examples, path)
+    return Features(columns, index.astype(np.int64), dict(layout["pad_values"]))
+
+
+def _sequence(split, name, arrays, rows, limits, path) -> tuple[list, np.ndarray]:
+    offsets_name, values_name = (member_name(split, name, part) for part in ("offsets", "values"))
+    offsets = checks.check_array(
+        arrays[offsets_name], offsets_name, "{split}/{column}/offsets", path
+    )
+    checks.check_length(offsets, offsets_name, rows + 1, f"the header's {rows} rows, and 1", path)
+    values = checks.check_array(
+        arrays[values_name], values_name, "{split}/{column}/values", path, column=name
+    )
+    checks.check_offsets(offsets, len(values), offsets_name, limits["sequence_length"], path)
+    checks.check_range(
+        values,
+        f"{split}/{name}",
+        name,
+        limits,
+        path,
+        lambda i: int(np.searchsorted(offsets, i, side="right")) - 1,
+    )
+    values = _stored(values, "{split}/{column}/values", name)
+    return np.split(values, offsets[1:-1]), offsets
+
+
+def _refuse_other_lengths(offsets: np.ndarray, token_offsets: np.ndarray, name: str, path):
+    lengths, token_lengths = np.diff(offsets), np.diff(token_offsets)
+    row = int(np.flatnonzero(lengths != token_lengths)[0])
+    raise checks.refuse(
+        f"{name} row {row} has {lengths[row]} values; its token_ids row has {token_lengths[row]}",
+        path,
+    )
+
+
+def _scalar(split, name, arrays, rows, limits, path) -> np.ndarray:
+    array_name = member_name(split, name)
+    array = checks.check_array(arrays[array_name], array_name, "{split}/{column}", path, name)
+    checks.check_length(array, array_name, rows, f"the header's {rows} {split} rows", path)
+    checks.check_range(array, array_name, name, limits, path, None)
+    return _stored(array, "{split}/{column}", name)

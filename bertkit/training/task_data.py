@@ -63,20 +63,14 @@ class TaskData:
         """The data of a features file written by `featurize` for this recipe."""
         from bertkit.model.backbone import load_pretrained
         from bertkit.training.feature_file import read_feature_file
+        from bertkit.training.feature_file_data import check_same_recipe, check_vocabulary
 
         reader = make_task(recipe)
-        stored = read_feature_file(path, example_type=reader.Example)
+        stored = read_feature_file(path, example_type=reader.Example)  # every array checked
         expected = description_of(reader, recipe)
-        # the rows depend on these; batch_size and bucket_lengths are the recipe's to change
-        for key in ("task", "options", "data", "sequence_length", "state"):
-            if key not in stored.description or (
-                key != "state" and stored.description[key] != expected[key]
-            ):
-                raise UserError(
-                    f"was made from another recipe ({key} differs); run "
-                    "'bertkit featurize' on this recipe",
-                    source=path,
-                )
+        # the rows depend on the task, options, data and sequence_length; batch_size and
+        # bucket_lengths are the recipe's to change
+        check_same_recipe(stored.description, stored.data_files, recipe, expected, path)
         if recipe.data.validation and stored.validation is None:  # said before training
             say(
                 f"the features file holds no validation split (the {recipe.task} task decodes "
@@ -84,11 +78,12 @@ class TaskData:
                 "with 'bertkit evaluate RUN_DIR' where TensorFlow is installed"
             )
         pretrained = cls._backbone(recipe, load_pretrained)
-        task = make_task(recipe, tokenizer=pretrained.tokenizer, state=stored.description["state"])
+        check_vocabulary(stored.vocabulary, pretrained, path)
+        state = stored.description["state"]
         return cls(
-            task,
+            make_task(recipe, tokenizer=pretrained.tokenizer, state=state),
             pretrained,
-            {**stored.description, **{k: expected[k] for k in ("batch_size", "bucket_lengths")}},
+            {**expected, "state": state},
             stored.train,
             stored.validation_examples,
             stored.validation,

@@ -101,8 +101,10 @@ def _checked_run(recipe, overrides, sections, output_dir, features):
     """The recipe, its files checked before the run directory is touched, and that directory."""
     recipe = _as_recipe(recipe, overrides, sections, output_dir)
     check_inputs(recipe, data_files=not features)
-    if features and not Path(features).is_file():
-        raise UserError("file not found", source=features)
+    if features:
+        from bertkit.training.feature_file_archive import check_features_path
+
+        check_features_path(features)
     return recipe, RunDirectory(recipe.output_dir)
 
 
@@ -142,30 +144,39 @@ def _open_run(
     return run.prepare(recipe_yaml, overwrite)
 
 
-def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
+def featurize(recipe, out=None, *, overrides=None, overwrite: bool = False, **sections) -> Path:
     """Tokenizes a recipe's training and validation data once into a features file.
 
     The file lets `finetune(..., features=FILE)` train where TensorFlow is not
     installed (for example JAX on a GPU machine). Default path:
-    `<output_dir>.features.npz`.
+    `<output_dir>.features.npz`. An existing file there is replaced only when it is a
+    features file of the same recipe (task and training file), or with `overwrite`;
+    the new file is checked as `finetune` reads it, and the time of both is printed.
     """
+    from bertkit.training import feature_file_data as made_from
     from bertkit.training.feature_file import keeps_validation, write_feature_file
 
     recipe = _as_recipe(recipe, overrides, sections, None)
-    data = TaskData.read(recipe)
     out = Path(out or f"{recipe.output_dir}.features.npz")
+    made_from.check_replaceable(out, recipe, overwrite)  # before the work, not after
+    phases = Phases()
+    data = TaskData.read(recipe, phases=phases)
     path = write_feature_file(
         out,
-        description=data.description,
+        description=made_from.portable_description(data.description, recipe),
         train=data.train_features,
         validation=data.validation_features,
-        validation_examples=data.validation,
+        validation_examples=made_from.portable_examples(data.validation, recipe),
         example_type=data.task.Example,
+        data_files=made_from.data_files(recipe),
+        vocabulary=made_from.vocabulary_of(data.pretrained),
     )
+    validating = _validate(path, data.task.Example)
     kept = keeps_validation(data.validation_features, data.validation, data.task.Example)
     print(
         f"wrote {path}: {len(data.train_features)} training rows, "
-        f"{len(data.validation_features) if kept else 0} validation rows"
+        f"{len(data.validation_features) if kept else 0} validation rows "
+        f"(featurizing {phases.total(['featurize']):.2f} s, validating {validating:.2f} s)"
     )
     if data.validation_features is not None and not kept:
         print(
@@ -173,6 +184,15 @@ def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
             "with 'bertkit evaluate RUN_DIR' where TensorFlow is installed"
         )
     return path
+
+
+def _validate(path: Path, example_type) -> float:
+    """Seconds to read `path` back as `finetune --features` does, every check included."""
+    from bertkit.training.feature_file import read_feature_file
+
+    started = time.perf_counter()
+    read_feature_file(path, example_type=example_type)
+    return time.perf_counter() - started
 
 
 def _as_recipe(recipe, overrides, sections, output_dir) -> Recipe:

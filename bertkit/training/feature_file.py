@@ -38,7 +38,13 @@ from bertkit.training.feature_file_schema import (
     member_name,
 )
 
-__all__ = ["FORMAT_VERSION", "FeatureFile", "keeps_validation", "read_feature_file"]
+__all__ = [
+    "FORMAT_VERSION",
+    "FeatureFile",
+    "check_feature_file",
+    "keeps_validation",
+    "read_feature_file",
+]
 
 
 def _stored(values: np.ndarray, pattern: str, column: str) -> np.ndarray:
@@ -129,11 +135,27 @@ class FeatureFile:
 
 def read_feature_file(path, example_type: type | None = None) -> FeatureFile:
     """Loads what `write_feature_file` wrote (no TensorFlow needed), every array and header
-    field checked against the schema first (`bertkit.training.feature_file_schema`).
+    field checked against the schema first (`check_feature_file`).
 
     Validation examples are rebuilt as `example_type` (the recipe's `Task.Example`) when
     the file's match it, else refused; without `example_type` they are not read.
     """
+    header, splits, examples = check_feature_file(path, example_type)
+    features = {split: _features(header[split], checked) for split, checked in splits.items()}
+    return FeatureFile(
+        header["description"],
+        features["train"],
+        features.get("validation"),
+        examples,
+        header["data_files"],
+        header["vocabulary"],
+    )
+
+
+def check_feature_file(path, example_type: type | None = None) -> tuple[dict, dict, list | None]:
+    """The header, each split's checked arrays and the validation examples of a features
+    file; a `UserError` naming the file, array and first bad row for any departure from
+    `bertkit.training.feature_file_schema`."""
     arrays = read_archive(path)
     if "header" not in arrays:
         raise UserError(f"{NOT_FEATURES} (no header)", source=path)
@@ -154,17 +176,21 @@ def read_feature_file(path, example_type: type | None = None) -> FeatureFile:
             labels = header["description"]["state"].get("labels")
             examples = examples_from_json(header["validation_examples"], example_type, labels, path)
     splits = {
-        split: _unpack_split(split, layout, arrays, limits, examples_count, path)
+        split: _check_split(split, layout, arrays, limits, examples_count, path)
         for split, layout in layouts.items()
     }
-    return FeatureFile(
-        header["description"],
-        splits["train"],
-        splits.get("validation"),
-        examples,
-        header["data_files"],
-        header["vocabulary"],
-    )
+    return header, splits, examples
+
+
+def _features(layout: dict, checked: dict) -> Features:
+    columns = {}
+    for name, value in checked.items():
+        if isinstance(value, tuple):  # a sequence: (values, offsets)
+            values, bounds = value[0], value[1].tolist()  # slicing by Python ints: fast
+            columns[name] = [values[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        elif name != "example_index":
+            columns[name] = value
+    return Features(columns, checked["example_index"], dict(layout["pad_values"]))
 
 
 def _check_members(arrays: dict, layouts: dict, path) -> None:
@@ -178,12 +204,14 @@ def _check_members(arrays: dict, layouts: dict, path) -> None:
         raise checks.refuse(f"holds an array its header does not name: {unknown[0][:80]!r}", path)
 
 
-def _unpack_split(split, layout: dict, arrays: dict, limits: dict, examples, path) -> Features:
+def _check_split(split, layout: dict, arrays: dict, limits: dict, examples, path) -> dict:
+    """{column: array, or (values, offsets) for a sequence; "example_index": array}."""
     rows, columns, token_offsets = layout["rows"], {}, None
     names = sorted(layout["columns"], key=lambda name: name != "token_ids")  # token_ids first
     for name in names:
         if layout["columns"][name] == "sequence":
-            columns[name], offsets = _sequence(split, name, arrays, rows, limits, path)
+            columns[name] = _sequence(split, name, arrays, rows, limits, path)
+            offsets = columns[name][1]
             if token_offsets is None:
                 token_offsets = offsets
             elif not np.array_equal(offsets, token_offsets):
@@ -194,10 +222,11 @@ def _unpack_split(split, layout: dict, arrays: dict, limits: dict, examples, pat
     index = checks.check_array(arrays[name], name, "{split}/example_index", path)
     checks.check_length(index, name, rows, f"the header's {rows} {split} rows", path)
     checks.check_example_index(index, name, split, examples, path)
-    return Features(columns, index.astype(np.int64), dict(layout["pad_values"]))
+    columns["example_index"] = index.astype(np.int64)
+    return columns
 
 
-def _sequence(split, name, arrays, rows, limits, path) -> tuple[list, np.ndarray]:
+def _sequence(split, name, arrays, rows, limits, path) -> tuple[np.ndarray, np.ndarray]:
     offsets_name, values_name = (member_name(split, name, part) for part in ("offsets", "values"))
     offsets = checks.check_array(
         arrays[offsets_name], offsets_name, "{split}/{column}/offsets", path
@@ -215,8 +244,7 @@ def _sequence(split, name, arrays, rows, limits, path) -> tuple[list, np.ndarray
         path,
         lambda i: int(np.searchsorted(offsets, i, side="right")) - 1,
     )
-    values = _stored(values, "{split}/{column}/values", name)
-    return np.split(values, offsets[1:-1]), offsets
+    return _stored(values, "{split}/{column}/values", name), offsets
 
 
 def _refuse_other_lengths(offsets: np.ndarray, token_offsets: np.ndarray, name: str, path):

@@ -10,6 +10,7 @@ report at its end.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 
@@ -67,7 +68,7 @@ def examples_from_json(value, example_type: type, labels: list | None, path) -> 
 
 def _check_fields(item: dict, hints: dict, labels, number: int, path) -> None:
     for name, value in item.items():
-        if not matches(value, hints.get(name, typing.Any)):
+        if not checker(hints.get(name, typing.Any))(value):
             raise UserError(
                 f"validation example {number}: {name} is {value!r:.40}, not a "
                 f"{_hint_words(hints[name])}; featurize again",
@@ -89,23 +90,39 @@ def matches(value, hint) -> bool:
         >>> matches(["a", "b"], tuple[str, ...]), matches(5, str | None), matches(None, str | None)
         (True, False, True)
     """
+    return checker(hint)(value)
+
+
+@functools.lru_cache(maxsize=256)
+def checker(hint):
+    """A function telling whether a JSON value is of type `hint`, made once per hint."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        return any(matches(value, option) for option in args)
+        options = [checker(option) for option in args if option is not type(None)]
+        if len(options) == 1 and type(None) in args:  # `X | None`, the common case
+            return lambda value, check=options[0]: value is None or check(value)
+        nullable = type(None) in args
+        return lambda value: (nullable and value is None) or any(c(value) for c in options)
     if origin in (tuple, list):
-        if not isinstance(value, list):
-            return False
         if origin is tuple and args and args[-1] is not Ellipsis:
-            return len(value) == len(args) and all(map(matches, value, args))
-        return all(matches(v, args[0]) for v in value) if args else True
-    simple = {
-        type(None): lambda: value is None,
-        str: lambda: isinstance(value, str) and _encodes(value),
-        bool: lambda: isinstance(value, bool),
-        int: lambda: isinstance(value, int) and not isinstance(value, bool),
-        float: lambda: isinstance(value, (int, float)) and not isinstance(value, bool),
-    }
-    return simple.get(hint, lambda: True)()  # another annotation: the task's to check
+            items = [checker(arg) for arg in args]
+            return lambda value: (
+                isinstance(value, list)
+                and len(value) == len(items)
+                and all(check(v) for check, v in zip(items, value, strict=True))
+            )
+        item = checker(args[0]) if args else (lambda value: True)
+        return lambda value: isinstance(value, list) and all(map(item, value))
+    return _SIMPLE.get(hint, lambda value: True)  # another annotation: the task's to check
+
+
+_SIMPLE = {
+    type(None): lambda value: value is None,
+    str: lambda value: isinstance(value, str) and _encodes(value),
+    bool: lambda value: isinstance(value, bool),
+    int: lambda value: isinstance(value, int) and not isinstance(value, bool),
+    float: lambda value: isinstance(value, (int, float)) and not isinstance(value, bool),
+}
 
 
 def _encodes(text: str) -> bool:

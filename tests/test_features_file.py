@@ -199,6 +199,11 @@ def _traversing_member(arrays, header):
     arrays["../../escaped"] = np.zeros(3, np.int32)
 
 
+def _forged_vocabulary_size(arrays, header):
+    header["vocabulary"]["size"] = 10**6  # so a token id past the real vocabulary passes
+    arrays["train/token_ids/values"][3] = 5000
+
+
 def _old_format(arrays, header):
     header["format"] = 1
 
@@ -260,6 +265,11 @@ DAMAGES = {
     "a-member-named-out-of-the-archive": (
         _traversing_member,
         "holds an array its header does not name: '../../escaped'",
+    ),
+    "a-forged-vocabulary-size": (
+        _forged_vocabulary_size,
+        "was tokenized with another vocabulary than this recipe's backbone (1000000 word "
+        "pieces; the backbone's 144)",
     ),
     "an-older-format": (
         _old_format,

@@ -78,7 +78,8 @@ def vocabulary_of(pretrained) -> dict:
 def check_vocabulary(stored: dict, pretrained, path) -> None:
     """The rows were tokenized with the recipe's checkpoint vocabulary."""
     here = vocabulary_of(pretrained)
-    for key, what in (("sha256", "vocabulary"), ("lowercase", "lowercasing"), ("segments", "")):
+    compared = (("size", "vocabulary"), ("sha256", "vocabulary"), ("lowercase", "lowercasing"))
+    for key, what in (*compared, ("segments", "")):
         if stored.get(key) != here[key]:
             differs = what or f"segment ids ({stored.get(key)}; the checkpoint's {here[key]})"
             raise UserError(

@@ -136,7 +136,11 @@ def check_layout(split: str, layout, path) -> dict:
     for name, kind in columns.items():
         bad_name = not name.isidentifier() or name == "example_index"
         if bad_name or kind not in ("sequence", "scalar"):
-            raise refuse(f"header: {where}columns: {_shown(name)}: {_shown(kind)}", path)
+            raise refuse(
+                f"header: {where}columns: {_shown(name)}: {_shown(kind)}; expected a name "
+                "(letters, digits, _) and 'sequence' or 'scalar'",
+                path,
+            )
     for name in ("token_ids", "segment_ids"):
         if columns.get(name) != "sequence":
             raise refuse(f"header: {where}columns has no sequence column {name}", path)
@@ -150,7 +154,11 @@ def check_layout(split: str, layout, path) -> dict:
             or allowed
             and value not in allowed
         ):
-            raise refuse(f"header: {where}pad_values: {_shown(name)}: {_shown(value)}", path)
+            raise refuse(
+                f"header: {where}pad_values: {_shown(name)}: {_shown(value)} is not a padding "
+                "value of a sequence column",
+                path,
+            )
     return layout
 
 

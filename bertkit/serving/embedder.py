@@ -80,11 +80,7 @@ class Embedder:
         model, tokenizer, declared, num_layers, positions = _encoder(source)
         if isinstance(pooling, str):
             pooling = parse_poolings(pooling)
-        length = sequence_length or declared.sequence_length or positions
-        if not 2 < length <= positions:
-            raise UserError(
-                f"sequence length {length}: expected 3 to the model's {positions} positions"
-            )
+        length = _checked_length(sequence_length or declared.sequence_length, positions)
         chosen = parse_layers(layers, num_layers)
         return cls(
             _hidden_state_model(model, chosen),
@@ -142,6 +138,15 @@ class Embedder:
             yield rows, inputs, combine_layers(states, self.combine)
             if progress is not None:
                 progress(min(start + batch_size, len(order)))
+
+
+def _checked_length(length: int | None, positions: int) -> int:
+    length = length or positions
+    if not 2 < length <= positions:
+        raise UserError(
+            f"sequence length {length}: expected 3 to the model's {positions} positions"
+        )
+    return length
 
 
 def _encoder(source):

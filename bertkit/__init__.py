@@ -39,6 +39,7 @@ __all__ = [
     "Recipe",
     "Task",
     "UserError",
+    "embed",
     "finetune",
     "load",
     "load_recipe",
@@ -52,6 +53,29 @@ def finetune(recipe, **kwargs):
     from bertkit.training.trainer import finetune as _finetune
 
     return _finetune(recipe, **kwargs)
+
+
+def embed(source, texts, *, token_level: bool = False, batch_size: int = 32, **options):
+    """Vectors of `texts` from any backbone preset or finished run (`bertkit embed`).
+
+    `options` (pooling, layers, combine, normalize, sequence_length) are
+    `bertkit.serving.embedder.Embedder.load`'s; a sentence-transformers folder's own pooling
+    and normalization are the defaults. Returns a `(texts, dimension)` float32 array, or
+    with `token_level` each text's word pieces with offsets and vectors.
+
+    Example:
+        >>> import tempfile
+        >>> from bertkit.testing.tiny import write_tiny_checkpoint
+        >>> folder = write_tiny_checkpoint(tempfile.mkdtemp())
+        >>> embed(folder, ["a fine film", "dull"], pooling="cls").shape
+        (2, 32)
+    """
+    from bertkit.serving.embedder import Embedder
+
+    embedder = Embedder.load(source, **options)
+    if token_level:
+        return embedder.embed_tokens(texts, batch_size)
+    return embedder.embed(texts, batch_size)
 
 
 def tune(recipe, **kwargs):

@@ -33,6 +33,7 @@ SLOWEST_FIRST = (
     "test_span_qa.py",
     "test_classification.py",
     "test_int8_export.py",
+    "test_embed.py",
     "test_preemption.py",
     "test_lora.py",
     "test_seeds_side_by_side.py",

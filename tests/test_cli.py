@@ -53,6 +53,7 @@ def test_help_on_every_command():
         "tasks",
         "evaluate",
         "predict",
+        "embed",
         "export",
         "tune",
     ):

@@ -14,6 +14,7 @@ import sys
 
 from bertkit.cli import (
     check,
+    embed,
     evaluate,
     export,
     featurize,
@@ -32,7 +33,19 @@ EXIT_USER_ERROR = 2
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # 141, as a shell reports a filter that SIGPIPE ended
 _ENVIRONMENT_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 # In the order `bertkit --help` lists them.
-_COMMANDS = (finetune, featurize, check, schema, tasks, evaluate, predict, serve, tune, export)
+_COMMANDS = (
+    finetune,
+    featurize,
+    check,
+    schema,
+    tasks,
+    evaluate,
+    predict,
+    embed,
+    serve,
+    tune,
+    export,
+)
 
 
 def main(argv=None) -> int:

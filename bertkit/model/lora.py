@@ -127,15 +127,16 @@ def lora_layers(model) -> list:
     return [layer for layer in model._flatten_layers() if getattr(layer, "lora_enabled", False)]
 
 
-def merged_model(task, model, model_dir):
+def merged_model(task, model, model_dir, features=None):
     """`model` with each LoRA update folded into its kernel, in the same task model built
-    without LoRA from `model_dir` (`model/backbone.json`); `model` itself if it has no
-    LoRA layers."""
+    without LoRA from `model_dir` (`model/backbone.json`) and the layers its head reads
+    (`features`, `bertkit.model.feature_layers`); `model` itself if it has no LoRA layers."""
     if not lora_layers(model):
         return model
     from bertkit.model.backbone import load_architecture
+    from bertkit.model.feature_layers import with_feature_layers
 
-    plain = task.build_model(load_architecture(model_dir).backbone)
+    plain = task.build_model(with_feature_layers(load_architecture(model_dir).backbone, features))
     plain.set_weights(_merged_weights(model))
     return plain
 

@@ -172,7 +172,22 @@ def _build_sections(raw: dict, origin, task_class) -> tuple:
     BatchPlan.check_recipe(
         training, task_class, lambda message, key: origin.error(message, ("training", key))
     )
+    _check_feature_based(backbone, training, origin)
     return data, backbone, training
+
+
+def _check_feature_based(backbone: BackboneConfig, training: TrainingConfig, origin) -> None:
+    """A frozen encoder (`backbone.trainable: false`) and read layers (`backbone.features`)
+    with the training options they contradict."""
+    if not backbone.trainable and training.lora is not None:
+        message = "false freezes the whole encoder, LoRA trains part of it: remove training.lora"
+        raise origin.error(message, ("backbone", "trainable"))
+    if not backbone.trainable and training.reinit_top_layers:
+        message = "false keeps the encoder as loaded: training.reinit_top_layers would stay random"
+        raise origin.error(message, ("backbone", "trainable"))
+    if backbone.features is not None and training.packing:
+        message = "packed training reads the last layer only: set training.packing to false"
+        raise origin.error(message, ("backbone", "features"))
 
 
 def _export_section(raw: dict, origin, task_class) -> ExportConfig:

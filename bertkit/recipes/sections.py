@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from bertkit.model.feature_layers import FeatureLayersConfig
 from bertkit.model.lora import LoraConfig
 
 _field = dataclasses.field
@@ -36,6 +37,20 @@ class BackboneConfig:
             "help": "dropout of the attention probabilities in training (Hugging Face's "
             "attention_probs_dropout_prob); null: 0 on JAX with a GPU (training takes "
             "fused attention), else the backbone's one rate (0.1 for BERT)",
+        },
+    )
+    trainable: bool = _field(
+        default=True,
+        metadata={
+            "help": "false: the encoder is frozen (BERT's feature-based approach): only the "
+            "task head trains, with no gradients, optimizer state or dropout in the encoder"
+        },
+    )
+    features: FeatureLayersConfig | None = _field(
+        default=None,
+        metadata={
+            "help": "the hidden layers the heads that read the sequence output (tagging, "
+            "span_qa) take, e.g. {layers: [-4, -3, -2, -1], combine: concat}; null: the last"
         },
     )
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.files import MAX_INPUT_CHARACTERS, MAX_REQUEST_CHARACTERS, arriving_chunks
 from bertkit.model.backbone import load_architecture
+from bertkit.model.feature_layers import with_feature_layers
 from bertkit.model.lora import enable_lora, merged_model
 from bertkit.progress import CountProgress
 from bertkit.recipes import schema
@@ -89,7 +90,8 @@ class FineTunedModel:
 
     def __init__(self, run: RunDirectory, task, model, description: dict):
         self.run, self.task, self.description = run, task, description
-        self.model = merged_model(task, model, run.model_dir)  # a LoRA model: served merged
+        features = description.get("features")
+        self.model = merged_model(task, model, run.model_dir, features)  # LoRA: served merged
 
     @classmethod
     def load(cls, run_dir) -> FineTunedModel:
@@ -97,7 +99,8 @@ class FineTunedModel:
         description = read_json(run.task_file, "task description")
         pretrained = load_architecture(run.model_dir)
         task = build_task(description, pretrained.tokenizer, run.task_file)
-        model = task.build_model(pretrained.backbone)
+        features = description.get("features")
+        model = task.build_model(with_feature_layers(pretrained.backbone, features))
         enable_lora(model, pretrained.backbone, description.get("lora"), description)
         try:
             model.load_weights(run.weights_file)

@@ -125,6 +125,12 @@ def _transformers_head(run: RunDirectory) -> TransformersHead:
     description = read_json(run.task_file, "task description")
     task = build_task(description, WordPieceTokenizer.load(run.model_dir), run.task_file)
     head = task.transformers_head()
+    if description.get("features"):
+        raise UserError(
+            "its head reads several hidden layers (backbone.features), and a transformers "
+            "task model reads the last one; export it as a SavedModel (without --format)",
+            source=run.path,
+        )
     if head is None:
         raise UserError(
             f"a {task.name} model has no transformers format (its task declares no "

@@ -116,15 +116,16 @@ def build(recipe: Recipe, data: TaskData, *, phases=None) -> BuiltRun:
 
 
 def task_model(recipe: Recipe, data: TaskData):
-    """The task's model, head initialised, top layers re-initialised (`training.reinit_top_layers`),
-    LoRA on (`training.lora`): before `plan` shares its layers and a resumed run loads over them."""
+    """The task's model as the recipe makes it, before `plan` shares its layers (resume)."""
+    from bertkit.model.feature_layers import build_on_features, freeze_as_configured
     from bertkit.model.reinitialize import reinitialize_top_layers
 
     training, backbone, task = recipe.training, data.pretrained.backbone, data.task
-    model = task.build_model(backbone)
+    model = build_on_features(task, backbone, recipe.backbone.features, recipe.source)
     task.initialize_head(model, data.pretrained.checkpoint_tensors())
     reinitialize_top_layers(backbone, training.reinit_top_layers, training.seed, recipe.source)
     data.description = enable_lora(model, backbone, training.lora, data.description)
+    data.description = freeze_as_configured(backbone, recipe.backbone, data.description)
     return model
 
 

@@ -139,7 +139,9 @@ def _patterns(prop: dict, key: str) -> list[str]:
     parts = []
     for pattern, value in prop.get("patternProperties", {}).items():
         kinds = "; or ".join(option.get("description", "") for option in value.get("anyOf", []))
-        parts.append(f"Any other key of `{key}:` matching `{pattern}`: {kinds}.")
+        parts.append(
+            f"Any other key of `{key}:` is a dotted recipe key matching `{pattern}`: {kinds}."
+        )
         for option in value.get("anyOf", []):
             if "properties" in option:
                 parts.append(key_table(option))

@@ -296,7 +296,7 @@ def json_schema() -> dict:
                 **schema.json_schema(_Range),
                 "description": "a range, searched as an integer for integer values",
             },
-            {"type": "array", "items": scalar, "minItems": 1, "description": "choices"},
+            {"type": "array", "items": scalar, "minItems": 1, "description": "a list of choices"},
         ]
     }
     options = schema.json_schema(SearchOptions)

@@ -121,3 +121,14 @@ def test_generating_the_references_imports_no_tensorflow():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_every_name_of_the_public_api_has_a_docstring():
+    import bertkit
+
+    def written(name):  # a dataclass without a docstring gets its signature as one
+        doc = (getattr(bertkit, name).__doc__ or "").strip()
+        return doc and not doc.startswith(f"{name}(")
+
+    bare = [name for name in bertkit.__all__ if not written(name)]
+    assert not bare, f"bertkit.__all__ names without a docstring (docs/reference/api.md): {bare}"

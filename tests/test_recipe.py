@@ -126,7 +126,13 @@ def test_json_schema_covers_sections_and_tasks():
     }
     assert {"const": "classification"} in schema["properties"]["task"]["anyOf"]
     training = schema["properties"]["training"]["properties"]
-    assert training["epochs"] == {"type": "integer", "minimum": 1, "maximum": 10_000, "default": 3}
+    assert training["epochs"] == {
+        "type": "integer",
+        "description": "passes over the training data",
+        "minimum": 1,
+        "maximum": 10_000,
+        "default": 3,
+    }
 
 
 def test_checking_a_recipe_does_not_import_tensorflow(tmp_path):

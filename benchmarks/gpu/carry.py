@@ -236,13 +236,14 @@ def _wheels(folder: Path) -> dict:
 
 
 def _complete(wheel: Path) -> str:
-    """ "ok" when the wheel holds every package of the checkout's bertkit and bertkit_tasks."""
+    """ "ok" when the wheel holds every package of the checkout's bertkit and of its tasks/
+    folder (installed as bertkit_tasks)."""
     import zipfile
 
     packages = {
-        str(p.parent.relative_to(REPOSITORY))
-        for name in ("bertkit", "bertkit_tasks")
-        for p in (REPOSITORY / name).rglob("__init__.py")
+        str(Path(package) / p.parent.relative_to(REPOSITORY / folder))
+        for folder, package in (("bertkit", "bertkit"), ("tasks", "bertkit_tasks"))
+        for p in (REPOSITORY / folder).rglob("__init__.py")
     }
     held = {
         str(Path(n).parent) for n in zipfile.ZipFile(wheel).namelist() if n.endswith("__init__.py")
@@ -252,7 +253,7 @@ def _complete(wheel: Path) -> str:
         return "ok"
     message = (
         f"FAILED: the wheel lacks {', '.join(missing)} (pyproject.toml's "
-        "[tool.setuptools.packages.find] include must name them)"
+        "[tool.setuptools] packages must name them)"
     )
     print(f"gpu_check prepare: bertkit: {message}", file=sys.stderr)
     return message

@@ -7,7 +7,7 @@ from bertkit.cli.arguments import add_command, add_set
 
 def add_to(commands) -> None:
     sub = add_command(commands, "check", run, "validate a recipe and print it fully resolved")
-    sub.add_argument("recipe")
+    sub.add_argument("recipe", help="recipe YAML file")
     add_set(sub)
 
 

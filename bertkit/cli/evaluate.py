@@ -20,7 +20,7 @@ def add_to(commands) -> None:
         "evaluate a fine-tuned model on a labelled file",
         needs_model=True,
     )
-    sub.add_argument("run_dir")
+    sub.add_argument("run_dir", help="a run directory of `bertkit finetune`")
     sub.add_argument("--data", metavar="FILE", help="default: the recipe's validation file")
     sub.add_argument(
         "--predictions-dir",

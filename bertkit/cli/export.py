@@ -15,8 +15,8 @@ def add_to(commands) -> None:
     sub = add_command(
         commands, "export", run, "export a raw-text TensorFlow SavedModel", needs_model=True
     )
-    sub.add_argument("run_dir")
-    sub.add_argument("--out", metavar="DIR", required=True)
+    sub.add_argument("run_dir", help="a run directory of `bertkit finetune`")
+    sub.add_argument("--out", metavar="DIR", required=True, help="the folder to export into")
     sub.add_argument(
         "--format",
         choices=("savedmodel", "transformers"),

@@ -13,7 +13,7 @@ def add_to(commands) -> None:
         "tokenize a recipe's data once into a features file",
         needs_model=True,
     )
-    sub.add_argument("recipe")
+    sub.add_argument("recipe", help="recipe YAML file")
     add_set(sub)
     sub.add_argument("--out", metavar="FILE", help="default: <output_dir>.features.npz")
     sub.add_argument(

@@ -28,7 +28,7 @@ def add_to(commands) -> None:
         "the K most probable labels as 'top_k' ('bertkit tasks' lists them)."
     )
     sub.set_defaults(task_arguments=[])
-    sub.add_argument("run_dir")
+    sub.add_argument("run_dir", help="a run directory of `bertkit finetune`")
     _add_input_options(sub)
     _add_size_options(sub)
     _add_output_options(sub)

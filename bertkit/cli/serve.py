@@ -21,7 +21,7 @@ def add_to(commands) -> None:
         '{"predictions": [...]}, each what `bertkit predict` prints for that input. '
         "SIGINT or SIGTERM: the requests in progress are answered, then the server stops."
     )
-    sub.add_argument("run_dir")
+    sub.add_argument("run_dir", help="a run directory of `bertkit finetune`")
     sub.add_argument(
         "--host",
         default="127.0.0.1",

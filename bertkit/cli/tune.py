@@ -9,7 +9,7 @@ def add_to(commands) -> None:
     sub = add_command(
         commands, "tune", run, "hyperparameter search over a recipe's search: section"
     )
-    sub.add_argument("recipe")
+    sub.add_argument("recipe", help="recipe YAML file")
     add_set(sub)
     _add_budget_options(sub)
     _add_study_options(sub)

@@ -281,6 +281,44 @@ def _lines_of(source: str) -> dict:
 
 def recipe_json_schema() -> dict:
     """JSON Schema of recipes for all installed tasks (for editor completion)."""
+    task_variants, data_variants = _task_schemas()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "bertkit recipe",
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["schema", "task", "backbone", "data"],
+        "properties": {
+            "schema": {"const": SCHEMA_VERSION, "description": "the recipe format's version"},
+            "task": {"anyOf": task_variants, "description": "the task plugin and its options"},
+            "backbone": {
+                **schema.json_schema(BackboneConfig),
+                "description": "the pretrained model and how texts are tokenized for it",
+            },
+            "data": {"anyOf": data_variants, "description": "the task's data files"},
+            "training": {
+                **schema.json_schema(TrainingConfig),
+                "description": "how the model is trained",
+            },
+            "output_dir": {
+                "type": "string",
+                "description": "the run directory; a relative path is read from the recipe's "
+                "folder (default: runs/<the recipe's file name without .yaml>, in the current "
+                "folder)",
+            },
+            "search": search_json_schema(),
+            "export": {
+                **schema.json_schema(ExportConfig),
+                "description": "what `bertkit finetune` exports at the end of the run",
+            },
+        },
+    }
+
+
+def _task_schemas() -> tuple[list, list]:
+    """The `task:` variants (a name alone, or its options) and the `data:` variants of every
+    installed task, each titled with the task's name (editors and the generated recipe
+    reference show it)."""
     from bertkit.registry import describe_tasks
 
     task_variants, data_variants = [], []
@@ -289,24 +327,11 @@ def recipe_json_schema() -> dict:
             continue
         task_class = load_task(info.name)
         options = schema.json_schema(task_class.Options)
-        options["properties"] = {"name": {"const": info.name}, **options["properties"]}
+        options["properties"] = {
+            "name": {"const": info.name, "description": "the task's name"},
+            **options["properties"],
+        }
         options["required"] = ["name", *options.get("required", [])]
-        task_variants += [{"const": info.name}, options]
-        data_variants.append(schema.json_schema(task_class.Data))
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": "bertkit recipe",
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["schema", "task", "backbone", "data"],
-        "properties": {
-            "schema": {"const": SCHEMA_VERSION},
-            "task": {"anyOf": task_variants},
-            "backbone": schema.json_schema(BackboneConfig),
-            "data": {"anyOf": data_variants},
-            "training": schema.json_schema(TrainingConfig),
-            "output_dir": {"type": "string"},
-            "search": search_json_schema(),
-            "export": schema.json_schema(ExportConfig),
-        },
-    }
+        task_variants += [{"const": info.name}, {"title": info.name, **options}]
+        data_variants.append({"title": info.name, **schema.json_schema(task_class.Data)})
+    return task_variants, data_variants

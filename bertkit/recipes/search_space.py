@@ -76,10 +76,13 @@ class SearchOptions:
 
 @dataclasses.dataclass(frozen=True)
 class _Range:
-    low: float
-    high: float
-    log: bool = False
-    step: float | None = _field(default=None, metadata={"min_exclusive": 0.0})
+    low: float = _field(metadata={"help": "the smallest value searched"})
+    high: float = _field(metadata={"help": "the largest value searched"})
+    log: bool = _field(default=False, metadata={"help": "sample on a log scale (low > 0)"})
+    step: float | None = _field(
+        default=None,
+        metadata={"min_exclusive": 0.0, "help": "search low, low + step, ... only (not with log)"},
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,7 +296,7 @@ def json_schema() -> dict:
                 **schema.json_schema(_Range),
                 "description": "a range, searched as an integer for integer values",
             },
-            {"type": "array", "items": scalar, "minItems": 1, "description": "choices"},
+            {"type": "array", "items": scalar, "minItems": 1, "description": "a list of choices"},
         ]
     }
     options = schema.json_schema(SearchOptions)

@@ -57,12 +57,23 @@ class BackboneConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainingConfig:
-    epochs: int = _field(default=3, metadata={"min": 1, "max": 10_000})
-    batch_size: int = _field(default=32, metadata={"min": 1})
+    epochs: int = _field(
+        default=3, metadata={"min": 1, "max": 10_000, "help": "passes over the training data"}
+    )
+    batch_size: int = _field(
+        default=32,
+        metadata={"min": 1, "help": "examples per update, over all devices (the global batch)"},
+    )
     eval_batch_size: int | None = _field(
         default=None, metadata={"min": 1, "help": "defaults to 2 x batch_size"}
     )
-    learning_rate: float = _field(default=3e-5, metadata={"min_exclusive": 0.0})
+    learning_rate: float = _field(
+        default=3e-5,
+        metadata={
+            "min_exclusive": 0.0,
+            "help": "AdamW's peak learning rate: linear warmup to it, then linear decay to 0",
+        },
+    )
     head_learning_rate: float | None = _field(
         default=None,
         metadata={
@@ -79,7 +90,10 @@ class TrainingConfig:
             "before training (Zhang et al. 2021), from the seed",
         },
     )
-    warmup_ratio: float = _field(default=0.1, metadata={"min": 0.0, "max": 1.0})
+    warmup_ratio: float = _field(
+        default=0.1,
+        metadata={"min": 0.0, "max": 1.0, "help": "share of the updates spent warming up"},
+    )
     weight_decay: float = _field(
         default=0.01,
         metadata={"min": 0.0, "help": "AdamW decay; never applied to biases and LayerNorm"},
@@ -92,8 +106,17 @@ class TrainingConfig:
         default=1.0,
         metadata={"min_exclusive": 0.0, "help": "global-norm gradient clipping; null disables it"},
     )
-    gradient_accumulation_steps: int = _field(default=1, metadata={"min": 1})
-    mixed_precision: Literal["bfloat16", "float16"] | None = None
+    gradient_accumulation_steps: int = _field(
+        default=1,
+        metadata={"min": 1, "help": "batches whose gradients are summed into one update"},
+    )
+    mixed_precision: Literal["bfloat16", "float16"] | None = _field(
+        default=None,
+        metadata={
+            "help": "compute in this dtype, variables in float32 (Keras mixed precision); "
+            "null: float32"
+        },
+    )
     jit_compile: bool | Literal["auto"] = _field(
         default="auto",
         metadata={"help": "XLA; 'auto' uses it on GPUs only (it does not speed up CPU training)"},

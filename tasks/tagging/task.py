@@ -61,7 +61,14 @@ class TaggingOptions:
             "null: half of sequence_length - 2",
         },
     )
-    dropout: float = dataclasses.field(default=0.1, metadata={"min": 0.0, "max": 0.9})
+    dropout: float = dataclasses.field(
+        default=0.1,
+        metadata={
+            "min": 0.0,
+            "max": 0.9,
+            "help": "dropout on the backbone's sequence output, before the head",
+        },
+    )
     decoding: Literal["constrained", "argmax"] = dataclasses.field(
         default="constrained",
         metadata={

@@ -21,7 +21,14 @@ class ClassificationOptions:
             "help": "the label set, in output order; default: the labels of the training data"
         },
     )
-    dropout: float = dataclasses.field(default=0.1, metadata={"min": 0.0, "max": 0.9})
+    dropout: float = dataclasses.field(
+        default=0.1,
+        metadata={
+            "min": 0.0,
+            "max": 0.9,
+            "help": "dropout on the pooled [CLS] output, before the head",
+        },
+    )
     label_smoothing: float = dataclasses.field(
         default=0.0,
         metadata={"min": 0.0, "max_exclusive": 1.0, "help": "target: (1 - s) one-hot + s / labels"},

@@ -48,7 +48,14 @@ class MaskedLMOptions:
         default=0.1,
         metadata={"min": 0.0, "max": 1.0, "help": "share of documents cut into shorter instances"},
     )
-    mask_rate: float = _field(default=0.15, metadata={"min_exclusive": 0.0, "max": 1.0})
+    mask_rate: float = _field(
+        default=0.15,
+        metadata={
+            "min_exclusive": 0.0,
+            "max": 1.0,
+            "help": "share of each row's tokens chosen to predict (most replaced by [MASK])",
+        },
+    )
     whole_word_masking: bool = _field(
         default=False, metadata={"help": "mask all pieces of a word together"}
     )

@@ -353,3 +353,47 @@ def test_int8_export_onto_a_full_disk_names_the_folder_asked_for(
         f"bertkit: error: {out}: cannot write the SavedModel: {NO_SPACE}\n"
     )
     assert list((tmp_path / "exports").iterdir()) == []
+
+
+# ---- 6. export paths: a file among the parents, links, a folder it cannot write
+
+
+@pytest.mark.parametrize("format", ["savedmodel", "transformers"])
+def test_an_export_path_under_a_file_or_a_broken_link_is_refused(tmp_path, capsys, format):
+    run_dir, _, _ = write_run(tmp_path, "classification")
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "broken").symlink_to(tmp_path / "nowhere")
+    for out, message in [
+        ("afile/model", f"{tmp_path / 'afile'}: exists and is not a folder; choose another"),
+        ("broken", f"{tmp_path / 'broken'}: export path is a broken link; choose another"),
+    ]:
+        arguments = ["export", str(run_dir), "--out", str(tmp_path / out), "--format", format]
+        assert main(arguments) == 2
+        assert capsys.readouterr().err.startswith(f"bertkit: error: {message}")
+    assert (tmp_path / "afile").read_text() == "x" and not (tmp_path / "nowhere").exists()
+
+
+def test_an_export_through_a_link_to_an_empty_folder_fills_the_folder(tmp_path, capsys):
+    run_dir, _, _ = write_run(tmp_path, "classification")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "folder")
+    arguments = ["export", str(run_dir), "--out", str(tmp_path / "link")]
+    assert main([*arguments, "--format", "transformers"]) == 0
+    assert (tmp_path / "link").is_symlink()
+    assert (tmp_path / "folder" / "model.safetensors").is_file()
+    assert hidden_leftovers(tmp_path) == []
+
+
+def test_transformers_export_into_a_read_only_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    run_dir, _, _ = write_run(tmp_path, "classification")
+
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    out = tmp_path / "exports" / "hf"
+    assert main(["export", str(run_dir), "--out", str(out), "--format", "transformers"]) == 2
+    assert capsys.readouterr().err == (
+        f"bertkit: error: {out}: cannot write the transformers folder: Read-only file system\n"
+    )
+    assert not (tmp_path / "exports").exists()

@@ -33,8 +33,16 @@ _STAGING_NAME = r"\.{name}\.[0-9a-f]{{8}}\.(partial|int8)"
 
 
 def new_export_folder(directory) -> Path:
-    """`directory` as a `Path` once it is new or an empty folder (every export's rule)."""
+    """`directory` as a `Path` once it is new or an empty folder (every export's rule); a
+    link to a folder is that folder (the link stays a link)."""
     directory = Path(directory)
+    if directory.is_symlink():
+        if not directory.exists():
+            raise UserError("export path is a broken link; choose another", source=directory)
+        directory = directory.resolve()
+    for parent in directory.parents:  # else mkdir's "File exists" names no file
+        if parent.exists() and not parent.is_dir():
+            raise UserError("exists and is not a folder; choose another export path", source=parent)
     if directory.exists() and not directory.is_dir():
         raise UserError("export path exists and is not a folder; choose another", source=directory)
     if directory.exists() and any(directory.iterdir()):

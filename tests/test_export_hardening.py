@@ -397,3 +397,18 @@ def test_transformers_export_into_a_read_only_folder_is_one_line(tmp_path, monke
         f"bertkit: error: {out}: cannot write the transformers folder: Read-only file system\n"
     )
     assert not (tmp_path / "exports").exists()
+
+
+def test_a_failed_export_in_a_tensorflow_process_is_one_error_line(tmp_path):
+    """After a JAX run: the child's error, not `bertkit: error:` twice."""
+    from bertkit.serving.export import export_in_tensorflow_process
+
+    run_dir, _, _ = write_run(tmp_path, "classification")
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("x")
+    with pytest.raises(UserError) as error:
+        export_in_tensorflow_process(run_dir, tmp_path / "taken")
+    assert str(error.value) == (
+        f"{run_dir}: SavedModel export in a TensorFlow process failed: "
+        f"{tmp_path / 'taken'}: export folder exists and is not empty; choose another"
+    )

@@ -208,6 +208,7 @@ def export_in_tensorflow_process(run_dir, directory) -> Path:
     )
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+        last = last.removeprefix("bertkit: error: ")  # printed once, by this process
         raise UserError(f"SavedModel export in a TensorFlow process failed: {last}", source=run_dir)
     return Path(directory)
 

@@ -412,3 +412,13 @@ def test_a_failed_export_in_a_tensorflow_process_is_one_error_line(tmp_path):
         f"{run_dir}: SavedModel export in a TensorFlow process failed: "
         f"{tmp_path / 'taken'}: export folder exists and is not empty; choose another"
     )
+
+
+def test_an_empty_folder_the_user_made_keeps_its_mode(tmp_path):
+    run_dir, _, _ = write_run(tmp_path, "classification")
+    (tmp_path / "shared").mkdir()
+    os.chmod(tmp_path / "shared", 0o770)  # a group's folder, whatever the umask
+    arguments = ["export", str(run_dir), "--out", str(tmp_path / "shared")]
+    assert main([*arguments, "--format", "transformers"]) == 0
+    assert (tmp_path / "shared").stat().st_mode & 0o7777 == 0o770
+    assert (tmp_path / "shared" / "config.json").is_file()

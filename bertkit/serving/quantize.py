@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.files import MAX_INPUT_CHARACTERS, MAX_REQUEST_CHARACTERS
 from bertkit.run_dir import write_json
-from bertkit.serving.staging import write_error_reason
+from bertkit.serving.staging import replace_folder, write_error_reason
 
 QUANTIZATIONS = ("int8",)
 RECORD_FILE = "int8_export.json"  # in the run directory, beside report.md
@@ -166,7 +165,7 @@ def export_quantized(
             record = _record(finetuned.task, quantize, budget, (before, after), float_dir)
         record["int8"].update(_measured(staging / "int8"))
         _add_to_assets(staging / "int8", {"quantization": record})
-        os.replace(staging / "int8", directory)
+        replace_folder(staging / "int8", directory)
     _write_run_record(finetuned.run, {**record, "saved_model": str(directory)})
     return directory
 

@@ -22,6 +22,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import uuid
 from pathlib import Path
 
@@ -79,12 +80,20 @@ def staging_folder(directory, what: str, errors: tuple = (), reason=str):
         directory.parent.mkdir(parents=True, exist_ok=True)
         staging.mkdir()  # the umask applies, as to any folder the user makes
         yield staging
-        os.replace(staging, directory)  # an empty `directory` is replaced too
+        replace_folder(staging, directory)
     except (OSError, *errors) as error:
         text = write_error_reason(error, staging) if isinstance(error, OSError) else reason(error)
         raise UserError(f"cannot write {what}: {text}", source=directory) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def replace_folder(written: Path, directory: Path) -> None:
+    """Renames the folder `written` to `directory`, which is new or an empty folder; an
+    empty folder the user made keeps its mode (`chmod g+w` for a shared group, say)."""
+    if directory.is_dir():
+        os.chmod(written, stat.S_IMODE(directory.stat().st_mode))
+    os.replace(written, directory)  # an empty `directory` is replaced too
 
 
 def stale_staging_folders(directory) -> list[Path]:

@@ -45,8 +45,13 @@ def add_to(commands) -> None:
 
 def run(args) -> None:
     import bertkit
+    from bertkit.serving.staging import finished_run
 
     _check_quantize_options(args)
+    # An int8 export (like a transformers folder) is of a finished run only; a float one
+    # also of a run killed in its finish step (trained: its weights are final), which is
+    # how `finetune` exports a JAX run, from a TensorFlow child process.
+    finished_run(args.run_dir, trained_will_do=not args.quantize)
     if args.format == "transformers":
         from bertkit.serving.transformers_export import export_transformers
 

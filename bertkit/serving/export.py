@@ -7,18 +7,17 @@ keras-hub. Labels and tokenizer settings travel inside it (graph constants, asse
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
-import shutil
+import re
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 from bertkit.errors import UserError
 from bertkit.files import MAX_INPUT_CHARACTERS, MAX_REQUEST_CHARACTERS
+from bertkit.serving.staging import new_export_folder, staging_folder
 
 
 def export_saved_model(
@@ -44,7 +43,9 @@ def export_saved_model(
     """
     directory = checked_export_folder(directory)
     limits = _checked_limits(max_input_characters, max_request_characters)
-    with _staging_folder(directory) as staging:
+    import tensorflow as tf
+
+    with staging_folder(directory, "the SavedModel", (tf.errors.OpError,), _reason) as staging:
         _write_saved_model(task, model, staging, {**metadata, "input_limits": limits})
     return directory
 
@@ -59,16 +60,6 @@ def checked_export_folder(directory) -> Path:
             "(unset KERAS_BACKEND or set it to 'tensorflow')"
         )
     return new_export_folder(directory)
-
-
-def new_export_folder(directory) -> Path:
-    """`directory` as a `Path` once it is new or an empty folder (every export's rule)."""
-    directory = Path(directory)
-    if directory.exists() and not directory.is_dir():
-        raise UserError("export path exists and is not a folder; choose another", source=directory)
-    if directory.exists() and any(directory.iterdir()):
-        raise UserError("export folder exists and is not empty; choose another", source=directory)
-    return directory
 
 
 def _checked_limits(max_input_characters, max_request_characters) -> dict:
@@ -100,31 +91,11 @@ def check_finite_weights(model, source) -> None:
             )
 
 
-@contextlib.contextmanager
-def _staging_folder(directory: Path):
-    """A new folder beside `directory` that replaces it when the block ends normally;
-    removed, with what was written into it, when the block fails."""
-    import tensorflow as tf
-
-    staging = directory.with_name(f".{directory.name}.{uuid.uuid4().hex[:8]}.partial")
-    try:
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        staging.mkdir()  # the umask applies, as to any folder the user makes
-        yield staging
-        os.replace(staging, directory)  # an empty `directory` is replaced too
-    except (OSError, tf.errors.OpError) as error:
-        raise UserError(
-            f"cannot write the SavedModel: {_reason(error)}", source=directory
-        ) from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 def _reason(error) -> str:
-    """`No space left on device` from an OSError, or from TensorFlow's `path; reason`."""
-    if isinstance(error, OSError):
-        return error.strerror or str(error)
-    return (error.message or type(error).__name__).splitlines()[0].rpartition("; ")[2]
+    """`No space left on device` from TensorFlow's `path; reason` (or eager's
+    `reason [Op:SaveV2]`)."""
+    reason = (error.message or type(error).__name__).splitlines()[0].rpartition("; ")[2]
+    return re.sub(r"\s*\[Op:\w+\]$", "", reason)
 
 
 def _write_saved_model(task, model, directory: Path, metadata: dict) -> None:
@@ -237,6 +208,7 @@ def export_in_tensorflow_process(run_dir, directory) -> Path:
     )
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+        last = last.removeprefix("bertkit: error: ")  # printed once, by this process
         raise UserError(f"SavedModel export in a TensorFlow process failed: {last}", source=run_dir)
     return Path(directory)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.files import MAX_INPUT_CHARACTERS, MAX_REQUEST_CHARACTERS
 from bertkit.run_dir import write_json
+from bertkit.serving.staging import replace_folder, write_error_reason
 
 QUANTIZATIONS = ("int8",)
 RECORD_FILE = "int8_export.json"  # in the run directory, beside report.md
@@ -68,9 +68,40 @@ def check_quality(task, before: float, after: float, budget: float) -> None:
         return
     raise UserError(
         f"int8 export refused: validation {task.monitor} {_points(task, before)} (float) -> "
-        f"{_points(task, after)} (int8), {drop:.2f} points lost, over the budget of "
+        f"{_points(task, after)} (int8), {points_changed(drop)}, over the budget of "
         f"{budget:g} (--max-drop, recipe export.max_metric_drop); nothing written"
     )
+
+
+def points_changed(drop: float) -> str:
+    """A `metric_drop` in words: a drop is points lost, a negative drop points gained.
+
+    Example:
+        >>> points_changed(0.4), points_changed(-2.5), points_changed(-0.001)
+        ('0.40 points lost', '+2.50 points gained', '0.00 points lost')
+    """
+    if round(drop, 2) < 0:
+        return f"+{-drop:.2f} points gained"
+    return f"{max(drop, 0.0):.2f} points lost"  # -0.001 is no gain; NaN stays NaN
+
+
+def gate_line(task, saved_model_dir) -> str:
+    """One line on an int8 SavedModel the gate passed: the validation metric of the float
+    and the int8 model, the points lost or gained, the budget and the folder, as
+    `bertkit finetune` prints it."""
+    record = _read_record(saved_model_dir)
+    monitor = record["monitor"]
+    before, after = record["float"][monitor], record["int8"][monitor]
+    return (
+        f"int8 export passed the gate: validation {monitor} {_points(task, before)} (float) "
+        f"-> {_points(task, after)} (int8), {points_changed(record['drop_points'])}, within "
+        f"the budget of {record['budget_points']:g}; wrote {saved_model_dir}"
+    )
+
+
+def _read_record(saved_model_dir) -> dict:
+    metadata = json.loads((Path(saved_model_dir) / "assets" / "bertkit.json").read_text())
+    return metadata["quantization"]
 
 
 def _points(task, value: float) -> str:
@@ -123,24 +154,31 @@ def export_quantized(
         raise UserError(f"unknown quantization {quantize!r}; available: int8", key="quantize")
     budget = quality_budget(finetuned.task, max_metric_drop)
     directory = checked_export_folder(directory)
-    monitor = finetuned.task.monitor
-    before = finetuned.evaluate()[monitor]
-    int8 = quantized(finetuned, quantize)
-    after = int8.evaluate()[monitor]
-    check_quality(finetuned.task, before, after, budget)
     limits = {
         "max_input_characters": max_input_characters,
         "max_request_characters": max_request_characters,
     }
-    with _staging(directory) as staging:
+    with _staging(directory) as staging:  # first: a folder it cannot write fails at once
+        before, after, int8 = _gate(finetuned, quantize, budget)
         int8.export(staging / "int8", **limits)
         with _float_saved_model(finetuned, staging / "float", limits) as float_dir:
             record = _record(finetuned.task, quantize, budget, (before, after), float_dir)
         record["int8"].update(_measured(staging / "int8"))
         _add_to_assets(staging / "int8", {"quantization": record})
-        os.replace(staging / "int8", directory)
+        replace_folder(staging / "int8", directory)
     _write_run_record(finetuned.run, {**record, "saved_model": str(directory)})
     return directory
+
+
+def _gate(finetuned, quantize: str, budget: float) -> tuple:
+    """The validation metric of the float and the quantized model, and the quantized
+    `FineTunedModel`, once it is within `budget` (`check_quality`)."""
+    monitor = finetuned.task.monitor
+    before = finetuned.evaluate()[monitor]
+    int8 = quantized(finetuned, quantize)
+    after = int8.evaluate()[monitor]
+    check_quality(finetuned.task, before, after, budget)
+    return before, after, int8
 
 
 def _record(task, quantize: str, budget: float, metrics: tuple, float_dir: Path) -> dict:
@@ -166,11 +204,20 @@ def _measured(saved_model_dir: Path) -> dict:
 @contextlib.contextmanager
 def _staging(directory: Path):
     """A new hidden folder beside `directory` (same file system: the finished SavedModel
-    is renamed into place), removed with what is left in it when the block ends."""
-    staging = directory.with_name(f".{directory.name}.{uuid.uuid4().hex[:8]}.int8")
-    staging.mkdir(parents=True)
+    is renamed into place), removed with what is left in it when the block ends. What
+    fails to be written in it is a `UserError` naming `directory`, not the folder."""
+    staging = directory.with_name(f".{directory.name}.{uuid.uuid4().hex[:8]}.partial")
     try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
         yield staging
+    except OSError as error:
+        reason = write_error_reason(error, staging)
+        raise UserError(f"cannot write the SavedModel: {reason}", source=directory) from None
+    except UserError as error:  # an export inside it: say where the user asked for it
+        if not (error.source or "").startswith(str(staging)):
+            raise
+        raise UserError(error.message, source=directory, key=error.key) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -231,8 +278,7 @@ def _write_run_record(run, record: dict) -> None:
 def describe(saved_model_dir) -> str:
     """The record of an int8 SavedModel in a few lines, as `bertkit export --quantize int8`
     prints it."""
-    metadata = json.loads((Path(saved_model_dir) / "assets" / "bertkit.json").read_text())
-    record = metadata["quantization"]
+    record = _read_record(saved_model_dir)
     monitor = record["monitor"]
     lines = [f"{'':6} {monitor:>10} {'size (MB)':>10} {'p50 (ms)':>9}"]
     for name in ("float", "int8"):
@@ -241,5 +287,8 @@ def describe(saved_model_dir) -> str:
             f"{name:6} {values[monitor]:>10.4f} {values['size_bytes'] / 1e6:>10.1f} "
             f"{values['latency_p50_ms']:>9.2f}"
         )
-    lines.append(f"{record['drop_points']:.2f} points lost, budget {record['budget_points']:g}")
+    lines.append(
+        f"{points_changed(record['drop_points'])}, within the budget of "
+        f"{record['budget_points']:g}: passed"
+    )
     return "\n".join(lines)

@@ -18,17 +18,13 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
-import shutil
-import uuid
 from pathlib import Path
 
 from bertkit.errors import UserError
 from bertkit.model.hf_files import SAFETENSORS_FILE, VOCAB_FILE, write_json, write_tokenizer_config
-from bertkit.run_dir import FINISHED, RunDirectory, read_json
-from bertkit.serving.export import new_export_folder
+from bertkit.run_dir import RunDirectory, read_json
+from bertkit.serving.staging import finished_run, new_export_folder, os_error_of, staging_folder
 
 SPECIAL_TOKENS = {
     "unk_token": "[UNK]",
@@ -95,26 +91,14 @@ def export_transformers(run_dir, directory) -> TransformersExport:
     from bertkit.serving.export import check_finite_weights
     from bertkit.serving.finetuned import FineTunedModel
 
-    run = _finished_run(run_dir)
+    run = finished_run(run_dir)
     directory = new_export_folder(directory)
     head = _transformers_head(run)  # refused before the model loads
     model = FineTunedModel.load(run.path)
     check_finite_weights(model.model, run.weights_file)
-    with _staging_folder(directory) as staging:
+    with staging_folder(directory, "the transformers folder") as staging:
         write_transformers_folder(model, head, staging)
     return TransformersExport(directory, head)
-
-
-def _finished_run(run_dir) -> RunDirectory:
-    run = RunDirectory.open(run_dir)
-    status = run.status()
-    if status != FINISHED:
-        raise UserError(
-            f"holds no finished run (run.json: {status or 'missing'}); export a run that "
-            "bertkit finetune has finished",
-            source=run.path,
-        )
-    return run
 
 
 def _transformers_head(run: RunDirectory) -> TransformersHead:
@@ -140,40 +124,34 @@ def _transformers_head(run: RunDirectory) -> TransformersHead:
     return head
 
 
-@contextlib.contextmanager
-def _staging_folder(directory: Path):
-    """A new folder beside `directory` that replaces it when the block ends normally;
-    removed when it fails (a full disk leaves no half-written model behind)."""
-    staging = directory.with_name(f".{directory.name}.{uuid.uuid4().hex[:8]}.partial")
-    try:
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        staging.mkdir()
-        yield staging
-        os.replace(staging, directory)  # an empty `directory` is replaced too
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise UserError(
-            f"cannot write the transformers folder: {reason}", source=directory
-        ) from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 def write_transformers_folder(model, head: TransformersHead, directory: Path) -> None:
     """Writes the folder's files for a loaded `FineTunedModel` and its task's head."""
-    from safetensors.numpy import save_file
-
     from bertkit.model.hf_weights import backbone_tensors, linear_tensors
 
     architecture = read_json(model.run.model_dir / "backbone.json", "backbone architecture")
     backbone = architecture["bert_backbone"]
     tensors = backbone_tensors(model.model, backbone["num_layers"])
     tensors.update(linear_tensors(model.model.get_layer(head.layer), head.module))
-    save_file(tensors, str(directory / SAFETENSORS_FILE), metadata={"format": "pt"})
+    save_safetensors(tensors, directory / SAFETENSORS_FILE)
     config = transformers_config(model, head, backbone, architecture["hidden_act"])
     write_json(directory / "config.json", config)
     _write_tokenizer(model.task.tokenizer, model.task.sequence_length, directory)
     (directory / "README.md").write_text(folder_readme(model, head, config), encoding="utf-8")
+
+
+def save_safetensors(tensors: dict, path: Path) -> None:
+    """`safetensors.numpy.save_file`, whose `SafetensorError` for a full disk or a folder
+    it may not write is raised as the `OSError` it reports, naming `path`."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import save_file
+
+    try:
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    except SafetensorError as error:
+        os_error = os_error_of(str(error), str(path))
+        if os_error is None:
+            raise
+        raise os_error from None
 
 
 def transformers_config(model, head: TransformersHead, backbone: dict, hidden_act: str) -> dict:

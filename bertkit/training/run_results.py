@@ -91,9 +91,15 @@ def export_run(run: RunDirectory, finetuned, export: ExportConfig | None = None)
     """The run's `saved_model/`: exported here on TensorFlow, by a TensorFlow child process
     after a JAX run, or a note on stderr where TensorFlow is not installed; none with the
     recipe's `export.saved_model: false`; and with its `export.quantize` (`export`: the
-    recipe's `ExportConfig`) `saved_model_int8/`."""
+    recipe's `ExportConfig`) `saved_model_int8/`. First the staging folders of an export
+    killed here before (SIGKILL runs no clean-up) are removed: the run's lock is held, so
+    no other process writes them."""
     import keras
 
+    from bertkit.serving.staging import remove_stale_staging
+
+    for folder in (run.saved_model_dir, run.path / "saved_model_int8"):
+        remove_stale_staging(folder)
     export = export or ExportConfig()
     on_tensorflow = keras.backend.backend() == "tensorflow"
     if export.saved_model:
@@ -133,10 +139,14 @@ def export_int8(run: RunDirectory, finetuned, export, on_tensorflow: bool) -> No
             file=sys.stderr,
         )
         return
+    from bertkit.serving.quantize import gate_line
+
     try:
         finetuned.export(target, quantize=export.quantize, max_metric_drop=export.max_metric_drop)
     except UserError as error:
         print(f"bertkit: warning: no saved_model_int8/: {error}", file=sys.stderr)
+        return
+    print(gate_line(finetuned.task, target))
 
 
 def record_finished(run: RunDirectory, phases, compiled, precompiled) -> None:

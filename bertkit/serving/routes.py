@@ -49,13 +49,17 @@ def build_app(model, options: ServeOptions | None = None) -> Starlette:
 
     app = Starlette(
         routes=_routes(predict=predict, health=health, metadata=about_model),
-        middleware=[Middleware(RequireApiKey, api_key=options.api_key)] if options.api_key else [],
+        middleware=_key_check(options.api_key),
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )
     app.router.redirect_slashes = False  # any other path: a JSON 404
     app.state.batcher = worker.batcher  # its batch sizes tell how requests were grouped
     return app
+
+
+def _key_check(api_key: str | None) -> list[Middleware]:
+    return [] if api_key is None else [Middleware(RequireApiKey, api_key=api_key)]
 
 
 def _routes(**endpoints) -> list[Route]:

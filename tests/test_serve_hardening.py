@@ -156,6 +156,16 @@ def test_loopback_does_not_warn(host):
     assert open_to_others_warning(host, None) is None
 
 
+def test_the_warning_is_one_line_on_stderr(capsys):
+    from bertkit.serving.server import warn_if_open
+
+    warn_if_open("0.0.0.0", None)
+    warn_if_open("127.0.0.1", None)
+    warn_if_open("0.0.0.0", KEY)
+    out, err = capsys.readouterr()
+    assert out == "" and err == open_to_others_warning("0.0.0.0", None) + "\n"
+
+
 # ---------------------------------------------------------------- 2. numbers of 5,000 digits
 def test_a_number_over_pythons_digit_limit_is_a_400(servers, caplog, capfd):
     server = servers["classification"]

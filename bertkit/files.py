@@ -121,6 +121,12 @@ def parse_json(text: str, source, line: int | None = None):
             source=source,
             line=line if line is not None else error.lineno,
         ) from None
+    except ValueError:  # Python turns at most sys.get_int_max_str_digits() digits into an int
+        raise UserError(
+            f"invalid JSON: a number of over {sys.get_int_max_str_digits():,} digits",
+            source=source,
+            line=line,
+        ) from None
 
 
 def json_lines(lines: Iterable[tuple[int, str]], source, objects: bool = False):
@@ -164,6 +170,24 @@ def predict_inputs(path) -> Iterator[object]:
         yield _json_or_text(line) if line.strip() else None
 
 
+def input_text(value, name: str) -> str:
+    """`value`, the text `name` of a prediction input (a task's `parse_input` checks its
+    texts with it): a `UserError` unless it is a text with more than whitespace in it.
+    An empty text is a mistake upstream (a blank line, an empty cell, a field left
+    unfilled), not a question for the model: `predict` and `serve` refuse it alike.
+
+    Example:
+        >>> input_text(" ", "text_pair")
+        Traceback (most recent call last):
+        bertkit.errors.UserError: 'text_pair' is empty
+    """
+    if not isinstance(value, str):
+        raise UserError(f"'{name}' must be a text, got {value!r:.40}")
+    if not value.strip():
+        raise UserError(f"'{name}' is empty")
+    return value
+
+
 def arrives_over_time(path) -> bool:
     """Whether a file (`-`: stdin) is a pipe, a terminal or a socket, whose lines arrive
     over time (`tail -f log | bertkit predict`), rather than a file that can be read whole.
@@ -183,9 +207,10 @@ def arrives_over_time(path) -> bool:
 def _json_or_text(line: str):
     if line.lstrip()[:1] not in ("[", "{", '"'):
         return line
+    # "[1, 2", 100,000 nested "[" or a number of 5,000 digits (over Python's int limit): a text
     try:
         return json.loads(line)
-    except (json.JSONDecodeError, RecursionError):  # "[1, 2" or 100,000 nested "[": a text
+    except (ValueError, RecursionError):
         return line
 
 

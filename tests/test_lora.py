@@ -265,7 +265,10 @@ def test_every_task_exports_the_merged_model(tmp_path, task):
             [served["entity_text"][i][j] for j in range(served["entity_count"][i])]
             for i in range(len(texts))
         ]
-        assert entities == [[e["text"] for e in p["entities"]] for p in loaded.predict(texts)]
+        # `predict` refuses the empty text; the SavedModel finds nothing in it
+        assert entities[2] == []
+        expected = [[e["text"] for e in p["entities"]] for p in loaded.predict(texts[:2])]
+        assert entities[:2] == expected
     else:
         pairs = [("what is it ?", "the film was good"), ("what ?", "a dull film")]
         served = serve_in_fresh_process(

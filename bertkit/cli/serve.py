@@ -19,18 +19,12 @@ def add_to(commands) -> None:
         'POST /predict {"inputs": [...]} takes the inputs `bertkit predict` takes (texts, '
         "[text, text_pair] pairs, question and context objects) and answers "
         '{"predictions": [...]}, each what `bertkit predict` prints for that input. '
-        "SIGINT or SIGTERM: the requests in progress are answered, then the server stops."
+        "SIGINT or SIGTERM: the requests in progress are answered, then the server stops. "
+        "With an API key (--api-key KEY, or the environment variable BERTKIT_API_KEY), "
+        "every request but GET /health needs the header 'Authorization: Bearer KEY'."
     )
     sub.add_argument("run_dir", help="a run directory of `bertkit finetune`")
-    sub.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="the address to listen on (default: 127.0.0.1, this machine only; "
-        "0.0.0.0 for every network)",
-    )
-    sub.add_argument(
-        "--port", type=_port, default=8080, help="the port (default: 8080; 0 picks a free one)"
-    )
+    _add_address_options(sub)
     sub.add_argument(
         "--max-batch",
         type=positive,
@@ -47,33 +41,82 @@ def add_to(commands) -> None:
     )
 
 
+def _add_address_options(sub) -> None:
+    """Where the server listens, and the key its requests must send."""
+    sub.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default: 127.0.0.1, this machine only; "
+        "0.0.0.0 for every network)",
+    )
+    sub.add_argument(
+        "--port", type=_port, default=8080, help="the port (default: 8080; 0 picks a free one)"
+    )
+    sub.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="requests must send 'Authorization: Bearer KEY' (GET /health excepted); "
+        "default: the environment variable BERTKIT_API_KEY, which other users of this "
+        "machine cannot read from the process list as they can a flag",
+    )
+
+
 def run(args) -> int:
+    from bertkit.serving.server import StoppedLoading, stop_while_loading
+
+    try:
+        with stop_while_loading():
+            return _serve(args)
+    except StoppedLoading as stopped:  # nothing was served: nothing to finish
+        print("bertkit serve: stopped while loading the model (SIGTERM)", file=sys.stderr)
+        return stopped.code
+    except KeyboardInterrupt:
+        print("bertkit serve: stopped while loading the model (SIGINT)", file=sys.stderr)
+        return 130
+
+
+def _serve(args) -> int:
     from bertkit.cli.quiet_import import import_tensorflow_quietly
     from bertkit.serving.server import (
         ServeOptions,
         Stopped,
         bind_socket,
+        check_api_key,
         check_finished_run,
         require_server_libraries,
         serve,
+        warn_if_open,
     )
 
     # Before TensorFlow loads (seconds): a wrong path or a port in use is said at once.
     require_server_libraries()
+    api_key, origin = _api_key(args)
+    check_api_key(api_key, origin)
     check_finished_run(args.run_dir)
     listening = bind_socket(args.host, args.port)
+    warn_if_open(args.host, api_key)
     import_tensorflow_quietly()
     options = ServeOptions(
-        host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms
+        host=args.host,
+        port=args.port,
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        api_key=api_key,
     )
     try:
         serve(args.run_dir, options, ready=_say_where, listening=listening)
     except Stopped as stopped:  # while serving: the requests in progress were answered
         print(f"bertkit serve: stopped ({stopped})", file=sys.stderr)
-    except KeyboardInterrupt:  # while the model loaded: nothing to finish
-        print("bertkit serve: stopped (SIGINT)", file=sys.stderr)
-        return 130
     return 0
+
+
+def _api_key(args) -> tuple[str | None, str]:
+    """The key requests must send and where it came from: --api-key, else BERTKIT_API_KEY."""
+    import os
+
+    if args.api_key is not None:
+        return args.api_key, "--api-key"
+    return os.environ.get("BERTKIT_API_KEY"), "BERTKIT_API_KEY"
 
 
 def _say_where(server, address) -> None:

@@ -146,8 +146,8 @@ class FineTunedModel:
         Args:
             inputs: a list of inputs; a single string is one input.
             batch_size: rows per model call (default: twice the training batch size).
-            errors: what an invalid input (None, wrong type, not valid Unicode, a NUL
-                byte, too long, a single text for a pair model) gives: "raise" a
+            errors: what an invalid input (None, an empty or blank text, wrong type, not valid
+                Unicode, a NUL byte, too long, a single text for a pair model) gives: "raise" a
                 `UserError` naming it, or "report" `{"error": "input N: ..."}` in its
                 place, so that prediction N always belongs to input N.
             max_input_characters: the most characters one input's texts may hold
@@ -240,7 +240,8 @@ class FineTunedModel:
         return results
 
     def _parse_input(self, value, max_input_characters: int):
-        if value is None:  # the CLI's blank input line
+        # the CLI's blank input line, or a text of whitespace only (see `input_text`)
+        if value is None or isinstance(value, str) and not value.strip():
             raise UserError("empty input")
         _check_strings(value, max_input_characters)
         example = self.task.parse_input(value)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 # The most inputs one request may hold: a larger job is a file for `bertkit predict`.
 MAX_REQUEST_INPUTS = 2048
@@ -73,6 +74,12 @@ def _json_object(body: bytes) -> dict:
         raise RequestError(400, f"the body is not JSON: {reason:.120}") from None
     except RecursionError:  # [[[[...]]]] nested deeper than Python's stack
         raise RequestError(400, "the body is not JSON we read: nested too deeply") from None
+    except ValueError:  # Python turns at most sys.get_int_max_str_digits() digits into an int
+        raise RequestError(
+            400,
+            f"the body is not JSON we read: "
+            f"a number of over {sys.get_int_max_str_digits():,} digits",
+        ) from None
     if not isinstance(request, dict):
         raise RequestError(400, f'expected a JSON object {{"inputs": [...]}}, got {_kind(request)}')
     return request

@@ -4,11 +4,13 @@ as one JSON line `{"error": "..."}` with its status (see `bertkit.serving.server
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -46,16 +48,72 @@ def build_app(model, options: ServeOptions | None = None) -> Starlette:
         return error_response(error.status_code, error.detail)
 
     app = Starlette(
-        routes=[
-            Route("/predict", predict, methods=["POST"]),
-            Route("/health", health, methods=["GET"]),
-            Route("/metadata", about_model, methods=["GET"]),
-        ],
+        routes=_routes(predict=predict, health=health, metadata=about_model),
+        middleware=_key_check(options.api_key),
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )
+    app.router.redirect_slashes = False  # any other path: a JSON 404
     app.state.batcher = worker.batcher  # its batch sizes tell how requests were grouped
     return app
+
+
+def _key_check(api_key: str | None) -> list[Middleware]:
+    return [] if api_key is None else [Middleware(RequireApiKey, api_key=api_key)]
+
+
+def _routes(**endpoints) -> list[Route]:
+    """`POST /predict`, `GET /health` and `GET /metadata`, each with a trailing slash
+    too: Starlette's answer to `/predict/`, an empty 307 redirect, is lost on a client
+    that does not send a POST's body again after a redirect (curl without -L)."""
+    return [
+        Route(f"/{name}{slash}", endpoint, methods=["POST" if name == "predict" else "GET"])
+        for name, endpoint in endpoints.items()
+        for slash in ("", "/")
+    ]
+
+
+class RequireApiKey:
+    """ASGI middleware: every request but to `/health` needs `Authorization: Bearer KEY`
+    (TEI's and OpenAI's header), else a 401 `{"error": ...}`. The key is compared in
+    constant time (`hmac.compare_digest`): the answer's timing tells nothing of it."""
+
+    OPEN_PATHS = ("/health", "/health/")  # a load balancer's probe has no key to send
+
+    def __init__(self, app, api_key: str):
+        self.app, self.expected = app, api_key.encode("utf-8")
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        given = bearer_token(scope["headers"])
+        if given is not None and hmac.compare_digest(given, self.expected):
+            await self.app(scope, receive, send)
+            return
+        message = (
+            "missing API key: send the header 'Authorization: Bearer <key>'"
+            if given is None
+            else "wrong API key"
+        )
+        response = error_response(401, message)
+        response.headers["WWW-Authenticate"] = "Bearer"
+        await response(scope, receive, send)
+
+
+def bearer_token(headers) -> bytes | None:
+    """The token of the first `Authorization: Bearer <token>` header (the scheme in any
+    case, as RFC 6750 has it), or None.
+
+    Example:
+        >>> bearer_token([(b"authorization", b"bearer s3cret")])
+        b's3cret'
+    """
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, token = value.strip().partition(b" ")
+            return token.strip() if scheme.lower() == b"bearer" and token.strip() else None
+    return None
 
 
 async def read_body(request, limit: int = MAX_BODY_BYTES) -> bytes:

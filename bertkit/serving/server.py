@@ -16,6 +16,12 @@ span QA's `{"id", "n_best"}` (nor `best_span` of v2.0), and gives no MLM scores.
 server runs the model `bertkit predict` runs (`bertkit.load`): featurize, the model
 padded to the run's bucket lengths, the task's decoder.
 
+With an API key (`ServeOptions.api_key`; `bertkit serve --api-key KEY` or the environment
+variable `BERTKIT_API_KEY`), every request but to `/health` needs the header
+`Authorization: Bearer KEY`, else a 401 (`bertkit.serving.routes.RequireApiKey`). Without
+one, listening beyond this machine warns (`open_to_others_warning`). Each path also
+answers with a trailing slash (`/predict/`); any other path is a JSON 404.
+
 Requests are read and checked on arrival (`bertkit.serving.protocol`; a mistake is a 4xx
 with one JSON line `{"error": "..."}`), their examples batched with the requests that
 arrive together (`DynamicBatcher`) and run in one worker thread, off the event loop.
@@ -37,6 +43,15 @@ class Stopped(Exception):
     """SIGINT or SIGTERM ended the server, after it finished the requests it had."""
 
 
+class StoppedLoading(SystemExit):
+    """SIGTERM came before the server answered requests (the model loading): nothing to
+    finish. A `SystemExit` of status 143, as a shell has it (the CLI's `EXIT_PREEMPTED`),
+    as `Preempted` is: no `except Exception` on the way swallows it."""
+
+    def __init__(self):
+        super().__init__(128 + signal.SIGTERM)
+
+
 def serve(run_dir, options: ServeOptions | None = None, ready=None, listening=None) -> None:
     """Serves the run in `run_dir` until SIGINT or SIGTERM (or, in a thread, until the
     `uvicorn.Server` handed to `ready(server, address)` is told `should_exit`).
@@ -53,8 +68,11 @@ def serve(run_dir, options: ServeOptions | None = None, ready=None, listening=No
     from bertkit.serving.routes import build_app
 
     options = options or ServeOptions()
+    check_api_key(options.api_key)
     check_finished_run(run_dir)
-    listening = listening or bind_socket(options.host, options.port)
+    if listening is None:
+        listening = bind_socket(options.host, options.port)
+        warn_if_open(options.host, options.api_key)
     model = FineTunedModel.load(run_dir)
     warm_up(model)
     config = uvicorn.Config(
@@ -64,9 +82,9 @@ def serve(run_dir, options: ServeOptions | None = None, ready=None, listening=No
         timeout_graceful_shutdown=30,
     )
     server = uvicorn.Server(config)
-    if ready is not None:
-        ready(server, listening.getsockname()[:2])
     with _stop_on_signals():
+        if ready is not None:
+            ready(server, listening.getsockname()[:2])
         server.run(sockets=[listening])
 
 
@@ -95,6 +113,57 @@ def check_finished_run(run_dir) -> None:
             "`bertkit finetune` has finished",
             source=run.path,
         )
+
+
+def check_api_key(api_key: str | None, origin: str = "api_key") -> None:
+    """A `UserError` (which never shows the key) unless `api_key` is None or a key that
+    travels in an HTTP header as it is: visible ASCII, no spaces."""
+    if api_key is None:
+        return
+    if not api_key:
+        raise UserError(f"{origin} is empty; expected the key that requests must send")
+    if not all("!" <= character <= "~" for character in api_key):
+        raise UserError(
+            f"{origin}: the key must be visible ASCII characters without spaces (it is "
+            "sent in an HTTP header)"
+        )
+
+
+def open_to_others_warning(host: str, api_key: str | None) -> str | None:
+    """The line `bertkit serve` warns with when it listens beyond this machine (not
+    127.0.0.0/8, ::1 or localhost) and no key is required; None otherwise.
+
+    Example:
+        >>> open_to_others_warning("127.0.0.1", None) is None
+        True
+        >>> open_to_others_warning("0.0.0.0", None)[:50]
+        'bertkit serve: warning: listening on 0.0.0.0 witho'
+    """
+    if api_key is not None or _loopback(host):
+        return None
+    return (
+        f"bertkit serve: warning: listening on {host} without an API key: anyone who can "
+        "reach this address can use the model; set BERTKIT_API_KEY (or pass --api-key KEY) "
+        "to require the header 'Authorization: Bearer KEY'"
+    )
+
+
+def warn_if_open(host: str, api_key: str | None) -> None:
+    """Prints `open_to_others_warning` on stderr, if there is one."""
+    warning = open_to_others_warning(host, api_key)
+    if warning is not None:
+        print(warning, file=sys.stderr, flush=True)
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may stand for any address
+        return False
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -128,6 +197,26 @@ def warm_up(model) -> None:
             continue
         model.predict_examples(examples)
         return
+
+
+@contextlib.contextmanager
+def stop_while_loading():
+    """SIGTERM raises `StoppedLoading` inside (from the main thread): before a server
+    answers (binding, importing TensorFlow, loading and tracing the model) there is
+    nothing to finish, and the default action would end the process without a word.
+    `serve` hands SIGTERM to uvicorn once it answers requests."""
+    if sys.platform == "win32" or not _in_main_thread():
+        yield
+        return
+
+    def stopped(number, frame):
+        raise StoppedLoading()
+
+    before = signal.signal(signal.SIGTERM, stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 @contextlib.contextmanager

@@ -32,6 +32,8 @@ class ServeOptions:
     max_request_inputs: int = MAX_REQUEST_INPUTS
     max_input_characters: int = MAX_INPUT_CHARACTERS
     max_request_characters: int = MAX_REQUEST_CHARACTERS
+    # Requests need `Authorization: Bearer <api_key>` (None: no key; /health is open).
+    api_key: str | None = dataclasses.field(default=None, repr=False)
 
 
 class ModelWorker:

@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.files import input_text
 from bertkit.tabular import detect_format, read_rows
 from bertkit.task import DataFiles, Features, PredictOption, Task, head_initializer, string_inputs
 from bertkit_tasks.classification.metrics import confusion_matrix, macro_f1, matthews_corrcoef
@@ -206,13 +207,18 @@ class ClassificationTask(Task):
                 f"this model classifies single texts: expected a text or an object with "
                 f"'{self.data.text}', got a pair {value!r:.80}"
             )
+        input_text(example.text, self.data.text)
+        if example.text_pair is not None:
+            input_text(example.text_pair, self.data.text_pair)
         return example
 
     def _input_example(self, value) -> TextExample:
         if isinstance(value, str):
             return TextExample(value)
         if isinstance(value, (list, tuple)) and len(value) == 2:
-            return TextExample(str(value[0]), str(value[1]))
+            if not all(isinstance(text, str) for text in value):  # ["a", null] is no pair
+                raise UserError(f"a [text, text_pair] pair must be two texts, got {value!r:.80}")
+            return TextExample(value[0], value[1])
         if isinstance(value, dict):
             text = value.get(self.data.text, value.get("text"))
             pair = value.get(self.data.text_pair or "text_pair", value.get("text_pair"))

@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.files import input_text
 from bertkit.model.token_rows import split_rows, tokenize_in_chunks
 from bertkit.task import DataFiles, Features, Task, head_initializer, string_inputs
 from bertkit_tasks.mlm.fill_mask import encode_queries, mask_positions
@@ -396,9 +397,10 @@ class MaskedLMTask(Task):
 
     def parse_input(self, value):
         if isinstance(value, dict) and isinstance(value.get("text"), str):
-            value = [value["text"], value["text_pair"]] if value.get("text_pair") else value["text"]
+            pair = value.get("text_pair")
+            value = value["text"] if pair is None else [value["text"], pair]
         if isinstance(value, (list, tuple)) and len(value) == 2:
-            value = f"{value[0]} [SEP] {value[1]}"
+            value = f"{input_text(value[0], 'text')} [SEP] {input_text(value[1], 'text_pair')}"
         if isinstance(value, str) and "[MASK]" in value:
             return FillMaskQuery(value)
         raise UserError(

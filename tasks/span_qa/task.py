@@ -26,6 +26,7 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
+from bertkit.files import input_text
 from bertkit.task import Task, head_initializer, string_inputs
 from bertkit_tasks.span_qa.preprocessor import SpanQAPreprocessor
 from bertkit_tasks.span_qa.squad import QAExample, read_squad
@@ -70,17 +71,48 @@ class SpanQAOptions:
 
 @dataclasses.dataclass(frozen=True)
 class Question(QAExample):
-    """A question to answer at prediction time; `n_best` asks for the n best spans too."""
+    """A question to answer at prediction time; `n_best` asks for that many of the best
+    spans too (0: none)."""
 
-    n_best: bool = False
+    n_best: int = 0
+
+
+def requested_spans(value, n_best_size: int) -> int:
+    """How many best spans an input's `"n_best"` asks for: `true` all `n_best_size` the
+    model decodes, `false` or null none, else a whole number from 1 to `n_best_size`
+    (more cannot be answered: the model decodes `n_best_size` spans).
+
+    Example:
+        >>> requested_spans(True, 20), requested_spans(3, 20), requested_spans(None, 20)
+        (20, 3, 0)
+        >>> requested_spans("3", 20)
+        Traceback (most recent call last):
+        bertkit.errors.UserError: 'n_best' must be true, false or a whole number from 1 to 20 \
+(the model's task.n_best_size), got '3'
+    """
+    if value is None or isinstance(value, bool):  # true is the documented switch, not 1
+        return n_best_size if value else 0
+    if isinstance(value, int) and 1 <= value <= n_best_size:
+        return value
+    raise UserError(
+        f"'n_best' must be true, false or a whole number from 1 to {n_best_size} "
+        f"(the model's task.n_best_size), got {value!r:.40}"
+    )
+
+
+def _question_id(value) -> str:
+    """An input's `"id"`: a text or a whole number (not an object, a list, true...)."""
+    if isinstance(value, str) or isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise UserError(f"'id' must be a text or a whole number, got {value!r:.40}")
 
 
 class SpanQATask(Task):
     """Answers a question with a span of its context (SQuAD v1.1 and v2.0).
 
     Inputs are `{"question": str, "context": str}` dicts (add `"n_best": true` for
-    the n best spans) or `[question, context]` pairs. Predictions are
-    `{"answer": str, "start": int, "end": int, "score": float}`: the answer is
+    the n best spans, `"n_best": 3` for the 3 best) or `[question, context]` pairs.
+    Predictions are `{"answer": str, "start": int, "end": int, "score": float}`: the answer is
     `context[start:end]` (character offsets) and the score its start + end
     logit. "No answer" (v2.0, or a context without tokens) is `""` with start and
     end -1 and the null ([CLS]) score. v2.0 predictions add `null_score_diff`
@@ -222,8 +254,9 @@ class SpanQATask(Task):
         if v2:
             prediction["null_score_diff"] = float(null_score_diff)
             prediction["best_span"] = n_best[0]["answer"] if n_best else ""
-        if self.options.return_n_best or getattr(example, "n_best", False):
-            prediction["n_best"] = n_best
+        wanted = getattr(example, "n_best", 0)  # a Question's; all with return_n_best
+        if wanted or self.options.return_n_best:
+            prediction["n_best"] = n_best[: wanted or None]
         return prediction
 
     def evaluate(self, examples, predictions):
@@ -253,25 +286,20 @@ class SpanQATask(Task):
         )
 
     def parse_input(self, value):
-        if (
-            isinstance(value, (list, tuple))
-            and len(value) == 2
-            and all(isinstance(text, str) for text in value)
-        ):
-            return Question("", value[0], value[1], (), (), False)
-        if (
-            isinstance(value, dict)
-            and isinstance(value.get("question"), str)
-            and isinstance(value.get("context"), str)
-        ):
+        if isinstance(value, (list, tuple)) and len(value) == 2:
+            question, context = value
             return Question(
-                str(value.get("id", "")),
-                value["question"],
-                value["context"],
+                "", input_text(question, "question"), input_text(context, "context"), (), (), False
+            )
+        if isinstance(value, dict) and "question" in value and "context" in value:
+            return Question(
+                _question_id(value.get("id", "")),
+                input_text(value["question"], "question"),
+                input_text(value["context"], "context"),
                 (),
                 (),
                 False,
-                n_best=bool(value.get("n_best", False)),
+                n_best=requested_spans(value.get("n_best"), self.options.n_best_size),
             )
         raise UserError(
             f"expected an object with 'question' and 'context' or a [question, "

@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.files import kind_from_name
+from bertkit.files import input_text, kind_from_name
 from bertkit.task import DataFiles, Task, head_initializer, string_inputs
 from bertkit_tasks.tagging.class_weights import balanced_class_weights
 from bertkit_tasks.tagging.conll import read_conll, read_tagged_jsonl
@@ -324,9 +324,13 @@ class TaggingTask(Task):
         if isinstance(value, dict):
             value = value.get("text", value.get("words", value.get("tokens")))
         if isinstance(value, str):
-            return UntaggedInput(text=value)
-        if isinstance(value, (list, tuple)) and all(isinstance(w, str) and w for w in value):
-            return UntaggedInput(words=tuple(value))
+            return UntaggedInput(text=input_text(value, "text"))
+        if isinstance(value, (list, tuple)) and all(isinstance(word, str) for word in value):
+            if not value:
+                raise UserError("'words' is empty")
+            return UntaggedInput(
+                words=tuple(input_text(word, f"word {i + 1}") for i, word in enumerate(value))
+            )
         raise UserError(
             f"expected a text, a list of words or an object with 'text' or "
             f"'words', got {value!r:.80}"

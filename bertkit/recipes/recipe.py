@@ -75,12 +75,16 @@ class Recipe:
 _SECTIONS = ("schema", "task", "backbone", "data", "training", "output_dir", "search", "export")
 
 
-def load_recipe(recipe, overrides: list[str] | None = None, **sections) -> Recipe:
+def load_recipe(
+    recipe, overrides: list[str] | None = None, *, called_as: str = "load_recipe", **sections
+) -> Recipe:
     """Reads and validates a recipe file (or mapping), with overrides applied.
 
     Args:
         recipe: path of a YAML recipe, or a mapping with the same content.
         overrides: `"training.epochs=3"`-style strings, as given to `--set`.
+        called_as: the function the user called with `sections`, named by their errors:
+            `finetune(training=...): training.epochs: expected an integer, got 'x'`.
         **sections: mappings merged into the recipe's sections, as in
             `load_recipe("r.yaml", training={"epochs": 1})`.
 
@@ -104,13 +108,19 @@ def load_recipe(recipe, overrides: list[str] | None = None, **sections) -> Recip
             source=origin.source,
             line=1,
         )
-    overridden = apply_overrides(raw, overrides or [], sections)
-    override_origin = schema.Origin("--set", {}, Path.cwd())
-    return _build_recipe(raw, origin, override_origin, overridden, default_output)
+    labels = apply_overrides(raw, overrides or [], sections)
+    origins = {
+        label: schema.Origin(
+            label if label == "--set" else f"{called_as}({label}...)", {}, Path.cwd()
+        )
+        for label in set(labels.values())
+    }
+    overridden = {path: origins[label] for path, label in labels.items()}
+    return _build_recipe(raw, origin, overridden, default_output)
 
 
-def _build_recipe(raw: dict, file_origin, override_origin, touched: set, default_output) -> Recipe:
-    origin = schema.MixedOrigin(file_origin, override_origin, touched)
+def _build_recipe(raw: dict, file_origin, overridden: dict, default_output) -> Recipe:
+    origin = schema.MixedOrigin(file_origin, overridden)
     _check_top_level(raw, origin)
     task_name, task_options = _task_section(raw, origin)
     where = origin.error("", ("task",))

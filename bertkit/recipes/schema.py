@@ -44,16 +44,26 @@ class Origin:
 
 
 class MixedOrigin:
-    """Values from a file, some replaced by overrides (`--set`): each key knows its origin."""
+    """Values from a file, some replaced by overrides (`--set`, keyword arguments): each key
+    knows its origin.
 
-    def __init__(self, file_origin: Origin, override_origin: Origin, overridden: set):
+    `overridden` maps each key path an override set to that override's `Origin`. A key
+    inside an overridden one is the override's; so is a section the file lacks that an
+    override made on its way (`--set foo.bar=1` in a recipe without `foo`).
+    """
+
+    def __init__(self, file_origin: Origin, overridden: dict):
         self.file_origin = file_origin
-        self.override_origin = override_origin
         self.overridden = overridden
 
     def for_path(self, path: tuple) -> Origin:
-        if any(path[: len(key)] == key for key in self.overridden):
-            return self.override_origin
+        for key, origin in self.overridden.items():
+            if path[: len(key)] == key:
+                return origin
+        if path not in self.file_origin.lines:
+            for key, origin in self.overridden.items():
+                if key[: len(path)] == path:
+                    return origin
         return self.file_origin
 
     def error(self, message: str, path: tuple) -> UserError:

@@ -99,7 +99,7 @@ def _train(recipe, run, resuming, verbose, features, phases, callbacks):
 
 def _checked_run(recipe, overrides, sections, output_dir, features):
     """The recipe, its files checked before the run directory is touched, and that directory."""
-    recipe = _as_recipe(recipe, overrides, sections, output_dir)
+    recipe = _as_recipe(recipe, overrides, sections, output_dir, "finetune")
     check_inputs(recipe, data_files=not features)
     if features and not Path(features).is_file():
         raise UserError("file not found", source=features)
@@ -151,7 +151,7 @@ def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
     """
     from bertkit.training.feature_file import keeps_validation, write_feature_file
 
-    recipe = _as_recipe(recipe, overrides, sections, None)
+    recipe = _as_recipe(recipe, overrides, sections, None, "featurize")
     data = TaskData.read(recipe)
     out = Path(out or f"{recipe.output_dir}.features.npz")
     path = write_feature_file(
@@ -175,9 +175,9 @@ def featurize(recipe, out=None, *, overrides=None, **sections) -> Path:
     return path
 
 
-def _as_recipe(recipe, overrides, sections, output_dir) -> Recipe:
+def _as_recipe(recipe, overrides, sections, output_dir, called_as) -> Recipe:
     if not isinstance(recipe, Recipe):
-        recipe = load_recipe(recipe, overrides, **sections)
+        recipe = load_recipe(recipe, overrides, called_as=called_as, **sections)
     if output_dir is not None:
         recipe = dataclasses.replace(recipe, output_dir=str(Path(output_dir).resolve()))
     return recipe

@@ -12,10 +12,19 @@ def add_to(commands) -> None:
         run,
         "tokenize a recipe's data once into a features file",
         needs_model=True,
+        check=check,
     )
     sub.add_argument("recipe")
     add_set(sub)
     sub.add_argument("--out", metavar="FILE", help="default: <output_dir>.features.npz")
+
+
+def check(args) -> None:
+    """What `bertkit check` checks: before TensorFlow loads."""
+    from bertkit.recipes.preflight import check_run
+    from bertkit.recipes.recipe import load_recipe
+
+    check_run(load_recipe(args.recipe, args.overrides))
 
 
 def run(args) -> None:

@@ -226,12 +226,16 @@ def _load_named_preset(preset: str, source) -> PretrainedBackbone:
 
 
 def _check_sequence_length(backbone, sequence_length: int, source) -> None:
-    if sequence_length > backbone.max_sequence_length:
-        raise UserError(
-            f"{sequence_length} is more than the model's {backbone.max_sequence_length} positions",
-            source=source,
-            key="backbone.sequence_length",
-        )
+    if problem := sequence_length_problem(sequence_length, backbone.max_sequence_length):
+        raise UserError(problem, source=source, key="backbone.sequence_length")
+
+
+def sequence_length_problem(sequence_length: int, max_positions: int) -> str | None:
+    """What is wrong with `sequence_length` for a model of `max_positions` positions, or None
+    (the rule loading a backbone and `bertkit check` share)."""
+    if sequence_length > max_positions:
+        return f"{sequence_length} is more than the model's {max_positions} positions"
+    return None
 
 
 def _with_lowercase(tokenizer: WordPieceTokenizer, lowercase, preset, source):

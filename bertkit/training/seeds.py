@@ -42,7 +42,7 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.progress import say
 from bertkit.recipes.recipe import Recipe
-from bertkit.run_dir import FINISHED, RunDirectory, read_json, write_json
+from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json, write_json
 from bertkit.training.seeds_side_by_side import seeds_at_once, train_side_by_side
 
 LARGEST_SEED = 2**32 - 1
@@ -65,12 +65,21 @@ def train_seeds(
             side_by_side[seed] = (seed_recipe(recipe, seed, run), seed_run)
             continue
         say(f"seed {seed} ({position}): {seed_run.path}")
-        finetuned = finetune(
-            seed_recipe(recipe, seed, run), verbose=verbose, features=features, callbacks=callbacks
-        )
+        try:
+            finetuned = finetune(
+                seed_recipe(recipe, seed, run),
+                verbose=verbose,
+                features=features,
+                callbacks=callbacks,
+            )
+        except UserError as error:  # e.g. it diverged: which seed did, in one line
+            raise done.failed(seed, error) from None
         done.finished(seed)
     if side_by_side:
-        train_side_by_side(side_by_side, at_once, features, done.finished)
+        try:
+            train_side_by_side(side_by_side, at_once, features, done.finished)
+        except UserError as error:  # its message names the seed already
+            raise done.failed(None, error) from None
     if not writes_run_directory():
         return finetuned
     finish_seeds(run, recipe, write_seeds_metrics(run, recipe, done.seeds, done.baseline))
@@ -100,6 +109,18 @@ class _SeedsDone:
                 self.done.append(seed)
             else:
                 yield position, seed, seed_run
+
+    def failed(self, seed: int | None, error: UserError) -> UserError:
+        """`error` of one seed, its message led by the seed (`seed 43: training diverged:
+        ...`) and kept in the run's `run.json` (`failed_seed`) until a run of the seeds
+        finishes."""
+        if seed is not None:
+            error = UserError(f"seed {seed}: {error}")
+        if self.writes and self.run.run_file.is_file():
+            named = error.message.partition(":")[0].removeprefix("seed ")
+            record = {"seed": int(named) if named.isdigit() else None, "error": error.message}
+            self.run.set_status(RUNNING, failed_seed=record)
+        return error
 
     def finished(self, seed: int) -> None:
         """Rewrites `metrics.json` with `seed` done, and flags it if it did not learn."""
@@ -264,7 +285,10 @@ def finish_seeds(run: RunDirectory, recipe: Recipe, metrics: dict) -> None:
     write_seeds_report(run.path, recipe, metrics)
     say(summary_line(metrics, recipe.task_class().monitor))  # failed seeds: said as each ended
     run.set_status(
-        FINISHED, seeds=[e["seed"] for e in metrics["seeds"]], kept_seed=metrics["kept_seed"]
+        FINISHED,
+        seeds=[e["seed"] for e in metrics["seeds"]],
+        kept_seed=metrics["kept_seed"],
+        failed_seed=None,  # one that failed before, trained again since
     )
 
 

@@ -24,14 +24,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 import time
 from pathlib import Path
 
 from bertkit.errors import UserError
 from bertkit.parallel.multi_process import process_zero_decides, quiet_unless_writer
-from bertkit.recipes.recipe import Recipe, check_inputs, load_recipe
+from bertkit.recipes.preflight import check_run
+from bertkit.recipes.recipe import Recipe, load_recipe
 from bertkit.run_dir import RunDirectory, read_json
 from bertkit.training import run_steps
 from bertkit.training.phases import Phases
@@ -100,7 +100,7 @@ def _train(recipe, run, resuming, verbose, features, phases, callbacks):
 def _checked_run(recipe, overrides, sections, output_dir, features):
     """The recipe, its files checked before the run directory is touched, and that directory."""
     recipe = _as_recipe(recipe, overrides, sections, output_dir, "finetune")
-    check_inputs(recipe, data_files=not features)
+    check_run(recipe, data_files=not features)  # what `bertkit check` checks
     if features and not Path(features).is_file():
         raise UserError("file not found", source=features)
     return recipe, RunDirectory(recipe.output_dir)
@@ -179,7 +179,7 @@ def _as_recipe(recipe, overrides, sections, output_dir, called_as) -> Recipe:
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe, overrides, called_as=called_as, **sections)
     if output_dir is not None:
-        recipe = dataclasses.replace(recipe, output_dir=str(Path(output_dir).resolve()))
+        recipe = recipe.with_output_dir(output_dir, source=f"{called_as}(output_dir=...)")
     return recipe
 
 

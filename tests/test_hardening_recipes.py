@@ -333,3 +333,22 @@ def test_a_bad_recipe_is_refused_before_tensorflow_loads(folder, command, text):
     assert result.stdout.split() == ["2", "False", "False"], result.stderr
     assert result.stderr.startswith(f"bertkit: error: {path}:"), result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.parametrize("command", ["check", "finetune"])
+def test_a_preset_folder_without_a_checkpoint_is_refused_by_check_and_finetune(
+    folder, tmp_path, command
+):
+    empty, no_weights = tmp_path / "empty", tmp_path / "no-weights"
+    empty.mkdir()
+    no_weights.mkdir()
+    (no_weights / "config.json").write_text((folder / "ckpt" / "config.json").read_text())
+    path = write_recipe(folder)
+    result = run_bertkit(command, path, "--set", f"backbone.preset={empty}", cwd=folder)
+    one_line_error(result, f"--set: backbone.preset: '{empty}' holds no BERT checkpoint")
+    result = run_bertkit(command, path, "--set", f"backbone.preset={no_weights}", cwd=folder)
+    one_line_error(
+        result,
+        f"bertkit: error: {no_weights}: found no model.safetensors, pytorch_model.bin or "
+        "TensorFlow checkpoint (*.ckpt.index)",
+    )

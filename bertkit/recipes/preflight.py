@@ -19,7 +19,8 @@ import os
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.model.backbone import resolve_preset, sequence_length_problem
+from bertkit.model.backbone import folder_problem, resolve_preset, sequence_length_problem
+from bertkit.model.hf_files import missing_weights
 from bertkit.model.lora import rank_problem
 from bertkit.model.reinitialize import count_problem
 from bertkit.model.sizes import BackboneSizes, read_sizes
@@ -34,8 +35,14 @@ def check_run(recipe: Recipe, *, data_files: bool = True) -> None:
     Raises a `UserError` naming the recipe's file, line and key.
     """
     check_inputs(recipe, data_files=data_files)
-    folder = resolve_preset(recipe.backbone.preset, recipe.source)
-    sizes = read_sizes(folder) if Path(folder).is_dir() else None
+    folder = Path(resolve_preset(recipe.backbone.preset, recipe.source)).expanduser()
+    if not folder.is_dir():
+        return  # a named keras-hub preset: checked once keras-hub has it
+    if problem := folder_problem(folder):
+        raise recipe.error(problem, ("backbone", "preset"))
+    if not (folder / "metadata.json").exists() and (problem := missing_weights(folder)):
+        raise UserError(problem, source=folder)
+    sizes = read_sizes(folder)
     if sizes is not None:
         check_backbone_fits(recipe, sizes, folder)
 

@@ -352,3 +352,21 @@ def test_a_preset_folder_without_a_checkpoint_is_refused_by_check_and_finetune(
         f"bertkit: error: {no_weights}: found no model.safetensors, pytorch_model.bin or "
         "TensorFlow checkpoint (*.ckpt.index)",
     )
+
+
+def test_a_seed_that_diverged_beside_others_is_named_once_and_kept(folder, tmp_path, monkeypatch):
+    from bertkit.run_dir import RunDirectory
+    from bertkit.training import seeds_side_by_side
+    from bertkit.training.seeds import _SeedsDone, seed_recipe
+
+    recipe = load_recipe(write_recipe(folder), ["training.seeds=2", "training.seed=7"])
+    run = RunDirectory(tmp_path / "run")
+    run.prepare(recipe.to_yaml(), overwrite=False)
+    diverge = f"import sys; print('bertkit: error: {DIVERGED}'); sys.exit(2)"
+    monkeypatch.setattr(seeds_side_by_side, "CHILD_COMMAND", [sys.executable, "-c", diverge])
+    done = _SeedsDone(recipe, run, None)
+    seed_runs = {7: (seed_recipe(recipe, 7, run), RunDirectory(tmp_path / "run/seeds/seed-7"))}
+    with pytest.raises(UserError) as raised:
+        seeds_side_by_side.train_side_by_side(seed_runs, 1, None, done.finished, done.failed)
+    assert str(raised.value) == f"seed 7: {DIVERGED}"
+    assert json.loads(run.run_file.read_text())["failed_seed"]["seed"] == 7

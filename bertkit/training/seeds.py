@@ -76,10 +76,7 @@ def train_seeds(
             raise done.failed(seed, error) from None
         done.finished(seed)
     if side_by_side:
-        try:
-            train_side_by_side(side_by_side, at_once, features, done.finished)
-        except UserError as error:  # its message names the seed already
-            raise done.failed(None, error) from None
+        train_side_by_side(side_by_side, at_once, features, done.finished, done.failed)
     if not writes_run_directory():
         return finetuned
     finish_seeds(run, recipe, write_seeds_metrics(run, recipe, done.seeds, done.baseline))
@@ -110,16 +107,14 @@ class _SeedsDone:
             else:
                 yield position, seed, seed_run
 
-    def failed(self, seed: int | None, error: UserError) -> UserError:
+    def failed(self, seed: int, error: UserError) -> UserError:
         """`error` of one seed, its message led by the seed (`seed 43: training diverged:
         ...`) and kept in the run's `run.json` (`failed_seed`) until a run of the seeds
         finishes."""
-        if seed is not None:
+        if not error.message.startswith(f"seed {seed}: "):  # a child's names it already
             error = UserError(f"seed {seed}: {error}")
         if self.writes and self.run.run_file.is_file():
-            named = error.message.partition(":")[0].removeprefix("seed ")
-            record = {"seed": int(named) if named.isdigit() else None, "error": error.message}
-            self.run.set_status(RUNNING, failed_seed=record)
+            self.run.set_status(RUNNING, failed_seed={"seed": seed, "error": error.message})
         return error
 
     def finished(self, seed: int) -> None:

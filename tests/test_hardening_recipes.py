@@ -370,3 +370,28 @@ def test_a_seed_that_diverged_beside_others_is_named_once_and_kept(folder, tmp_p
         seeds_side_by_side.train_side_by_side(seed_runs, 1, None, done.finished, done.failed)
     assert str(raised.value) == f"seed 7: {DIVERGED}"
     assert json.loads(run.run_file.read_text())["failed_seed"]["seed"] == 7
+
+
+def test_finetune_names_the_seed_that_diverged(folder):
+    path = write_recipe(folder, "diverge.yaml", epochs=3, learning_rate=1e6, max_grad_norm=None)
+    result = run_bertkit("finetune", path, "--seeds", "2", "--output", "diverged", cwd=folder)
+    assert result.returncode == 2, result.stderr
+    error = result.stderr.splitlines()[-1]
+    assert error.startswith(
+        "bertkit: error: seed 42: training.learning_rate: training diverged: the loss is "
+    ), result.stderr
+    assert "Traceback" not in result.stderr
+    run = folder / "diverged"
+    if run.exists():  # diverged after an epoch: the run stays, to resume
+        status = json.loads((run / "run.json").read_text())
+        assert status["failed_seed"]["seed"] == 42
+
+
+def test_the_python_api_names_its_output_dir_argument(folder):
+    import bertkit
+
+    with pytest.raises(UserError) as raised:
+        bertkit.finetune(write_recipe(folder), output_dir="/")
+    assert str(raised.value) == (
+        "finetune(output_dir=...): '/' is the filesystem root; name a folder for the run"
+    )

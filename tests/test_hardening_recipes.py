@@ -395,3 +395,30 @@ def test_the_python_api_names_its_output_dir_argument(folder):
     assert str(raised.value) == (
         "finetune(output_dir=...): '/' is the filesystem root; name a folder for the run"
     )
+
+
+@pytest.mark.parametrize(
+    "searched, message",
+    [
+        (
+            "  training.reinit_top_layers: [0, 1, 3]\n",
+            "search.yaml:16: search.training.reinit_top_layers.2: must be at most 2, the "
+            "backbone's transformer layers, got 3",
+        ),
+        (
+            "  training.lora.rank: {low: 4, high: 64}\n",
+            "search.yaml:16: search.training.lora.rank.high: must be at most 32, the narrower "
+            "side of the query layers it adapts (32 x 32), got 64",
+        ),
+    ],
+)
+def test_check_refuses_searched_values_a_trial_would_refuse(folder, searched, message):
+    path = write_recipe(folder, "search.yaml")
+    path.write_text(
+        path.read_text().replace(
+            "  text: sentence\n", "  text: sentence\n  validation: train.tsv\n"
+        )
+        + "search:\n  trials: 2\n"
+        + searched
+    )
+    one_line_error(run_bertkit("check", path, cwd=folder), message)

@@ -21,7 +21,7 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.model.backbone import folder_problem, resolve_preset, sequence_length_problem
 from bertkit.model.hf_files import missing_weights
-from bertkit.model.lora import rank_problem
+from bertkit.model.lora import LoraConfig, rank_problem
 from bertkit.model.reinitialize import count_problem
 from bertkit.model.sizes import BackboneSizes, read_sizes
 from bertkit.recipes.recipe import Recipe, _resolve_preset
@@ -45,6 +45,7 @@ def check_run(recipe: Recipe, *, data_files: bool = True) -> None:
     sizes = read_sizes(folder)
     if sizes is not None:
         check_backbone_fits(recipe, sizes, folder)
+        _check_search_fits(recipe, sizes, folder)
 
 
 def check_backbone_fits(recipe: Recipe, sizes: BackboneSizes, folder=None) -> None:
@@ -68,6 +69,41 @@ def check_backbone_fits(recipe: Recipe, sizes: BackboneSizes, folder=None) -> No
     for path, problem in problems.items():
         if problem:
             raise origin.error(problem, path)
+
+
+# the searched keys `check_backbone_fits` checks (with one preset: a searched preset has
+# sizes of its own)
+_SIZED_KEYS = ("backbone.sequence_length", "training.reinit_top_layers", "training.lora.rank")
+
+
+def _check_search_fits(recipe: Recipe, sizes: BackboneSizes, folder) -> None:
+    """Each choice (or the `high` end of a range) of a searched `_SIZED_KEYS` value fits the
+    backbone, as `check_backbone_fits` checks a trial's recipe."""
+    dimensions = recipe.search.dimensions if recipe.search else ()
+    if any(dimension.key == "backbone.preset" for dimension in dimensions):
+        return
+    for dimension in (d for d in dimensions if d.key in _SIZED_KEYS):
+        named = (
+            dict(enumerate(dimension.choices))
+            if dimension.choices is not None
+            else {"high": dimension.high}
+        )
+        for where, value in named.items():
+            try:
+                check_backbone_fits(_with_value(recipe, dimension.key, value), sizes, folder)
+            except UserError as error:
+                raise recipe.error(error.message, ("search", dimension.key, where)) from None
+
+
+def _with_value(recipe: Recipe, key: str, value) -> Recipe:
+    """`recipe` with one of `_SIZED_KEYS` set to `value`, as a trial's `--set` sets it."""
+    section, name = key.split(".", 1)
+    if name == "lora.rank":
+        lora = recipe.training.lora or LoraConfig()
+        training = dataclasses.replace(recipe.training, lora=dataclasses.replace(lora, rank=value))
+        return dataclasses.replace(recipe, training=training)
+    part = dataclasses.replace(getattr(recipe, section), **{name: value})
+    return dataclasses.replace(recipe, **{section: part})
 
 
 def check_inputs(recipe: Recipe, *, data_files: bool = True) -> None:

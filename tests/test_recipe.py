@@ -9,6 +9,7 @@ import pytest
 
 from bertkit.errors import UserError
 from bertkit.recipes.recipe import load_recipe, recipe_json_schema
+from bertkit.testing import write_tiny_checkpoint
 
 
 def write(tmp_path, text, name="r.yaml"):
@@ -140,7 +141,8 @@ def test_checking_a_recipe_does_not_import_tensorflow(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.tsv").write_text("sentence\tlabel\n")
     (tmp_path / "data" / "dev.tsv").write_text("sentence\tlabel\n")
-    (tmp_path.parent / "models" / "tiny").mkdir(parents=True, exist_ok=True)
+    # a checkpoint check reads (its config, not its weights), as finetune would load it
+    write_tiny_checkpoint(tmp_path.parent / "models" / "tiny")
     code = (
         f"import sys, bertkit.cli; bertkit.cli.main(['check', {str(path)!r}]); "
         "print(json.dumps(sorted(m for m in ('tensorflow', 'keras') if m in sys.modules)))"

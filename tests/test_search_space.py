@@ -9,6 +9,7 @@ import pytest
 from bertkit import cli
 from bertkit.errors import UserError
 from bertkit.recipes.recipe import load_recipe, recipe_json_schema
+from bertkit.testing import write_tiny_checkpoint
 
 RECIPE = """
     schema: 1
@@ -231,7 +232,7 @@ def test_check_reports_a_bad_search_section_in_one_line_exit_2(tmp_path, capsys)
 def test_check_prints_the_resolved_search_section(tmp_path, capsys):
     for name in ("train.tsv", "dev.tsv"):
         (tmp_path / name).write_text("sentence\tlabel\n")
-    (tmp_path / "tiny").mkdir()
+    write_tiny_checkpoint(tmp_path / "tiny")  # check reads its config, as finetune would
     assert cli.main(["check", str(write(tmp_path, RECIPE))]) == 0
     out = capsys.readouterr().out
     assert "search:\n  trials: 12\n" in out and "  training.batch_size:\n  - 16\n  - 32\n" in out

@@ -53,6 +53,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     args = _parse(argv)
     try:
+        if getattr(args, "check", None):  # the recipe, before a job starts or TensorFlow loads
+            args.check(args)
         if argv is None and _runs_a_job_process(args):  # the command line, not a test's call
             from bertkit.parallel.supervisor import supervise
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 
 
-def add_command(commands, name: str, run, help_text: str, needs_model: bool = False):
+def add_command(commands, name: str, run, help_text: str, needs_model: bool = False, check=None):
     """Adds the subcommand `name`, run by `run(args)`, to `commands` (argparse's subparsers)
-    and returns its parser. `needs_model`: TensorFlow is imported (quietly) before it runs."""
+    and returns its parser. `needs_model`: TensorFlow is imported (quietly) before it runs;
+    `check(args)`, run before that, refuses a bad recipe in a second instead of after the
+    framework's start-up (10-20 s)."""
     sub = commands.add_parser(name, help=help_text, description=help_text)
-    sub.set_defaults(run=run, needs_model=needs_model)
+    sub.set_defaults(run=run, needs_model=needs_model, check=check)
     return sub
 
 

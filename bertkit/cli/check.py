@@ -6,16 +6,22 @@ from bertkit.cli.arguments import add_command, add_set
 
 
 def add_to(commands) -> None:
-    sub = add_command(commands, "check", run, "validate a recipe and print it fully resolved")
+    sub = add_command(
+        commands,
+        "check",
+        run,
+        "validate a recipe (and what finetune checks before it trains) and print it fully resolved",
+    )
     sub.add_argument("recipe", help="recipe YAML file")
     add_set(sub)
 
 
 def run(args) -> None:
-    from bertkit.recipes.recipe import check_inputs, load_recipe
+    from bertkit.recipes.preflight import check_run
+    from bertkit.recipes.recipe import load_recipe
 
     recipe = load_recipe(args.recipe, args.overrides)
-    check_inputs(recipe)  # "will this run start?": its files exist
+    check_run(recipe)  # "will this run start?": what finetune checks before it trains
     if recipe.search is not None:
         from bertkit.tuning.tuner import check_search
 

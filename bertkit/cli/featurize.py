@@ -12,6 +12,7 @@ def add_to(commands) -> None:
         run,
         "tokenize a recipe's data once into a features file",
         needs_model=True,
+        check=check,
     )
     sub.add_argument("recipe", help="recipe YAML file")
     add_set(sub)
@@ -21,6 +22,14 @@ def add_to(commands) -> None:
         action="store_true",
         help="replace an existing --out that is not a features file of this recipe",
     )
+
+
+def check(args) -> None:
+    """What `bertkit check` checks: before TensorFlow loads."""
+    from bertkit.recipes.preflight import check_run
+    from bertkit.recipes.recipe import load_recipe
+
+    check_run(load_recipe(args.recipe, args.overrides))
 
 
 def run(args) -> None:

@@ -7,7 +7,12 @@ from bertkit.cli.arguments import add_command, add_process_options, add_set
 
 def add_to(commands) -> None:
     sub = add_command(
-        commands, "finetune", run, "fine-tune the model a recipe describes", needs_model=True
+        commands,
+        "finetune",
+        run,
+        "fine-tune the model a recipe describes",
+        needs_model=True,
+        check=check,
     )
     sub.add_argument("recipe", help="recipe YAML file")
     add_set(sub)
@@ -33,6 +38,21 @@ def add_to(commands) -> None:
     )
 
 
+def check(args) -> None:
+    """What `bertkit check` checks, and `--output`: before TensorFlow loads."""
+    from bertkit.recipes.preflight import check_run
+    from bertkit.recipes.recipe import load_recipe
+
+    recipe = load_recipe(args.recipe, _overrides(args))
+    if args.output is not None:
+        recipe = recipe.with_output_dir(args.output, source="--output")
+    check_run(recipe, data_files=not args.features)
+
+
+def _overrides(args) -> list[str]:
+    return [*args.overrides, *([f"training.seeds={args.seeds}"] if args.seeds else [])]
+
+
 def run(args) -> None:
     import bertkit
     from bertkit.parallel.multi_process import (
@@ -48,7 +68,7 @@ def run(args) -> None:
         args.heartbeat_timeout,
         args.startup_timeout,
     )  # before anything is built
-    overrides = [*args.overrides, *([f"training.seeds={args.seeds}"] if args.seeds else [])]
+    overrides = _overrides(args)
     with stopped_process_ends_job():  # one line, not JAX's traceback and abort
         model = bertkit.finetune(
             args.recipe,

@@ -81,14 +81,22 @@ def resolve_preset(preset: str, source=None) -> str:
 def _load_folder(path: Path, source) -> PretrainedBackbone:
     if (path / "metadata.json").exists():
         return _load_keras_hub(str(path), source)
+    if problem := folder_problem(path):
+        raise UserError(problem, source=source, key=_KEY)
+    return _load_hugging_face(path, source)
+
+
+def folder_problem(path: Path) -> str | None:
+    """What keeps the folder `path` from holding a checkpoint bertkit loads, or None (the
+    rule loading and `bertkit check` share)."""
+    if (path / "metadata.json").exists():
+        return None
     if (path / "bert_config.json").exists() or (path / "config.json").exists():
-        return _load_hugging_face(path, source)
-    raise UserError(
+        return None
+    return (
         f"'{path}' holds no BERT checkpoint: expected a keras-hub preset "
         "(metadata.json), a Hugging Face folder (config.json) or a Google BERT "
-        "checkpoint (bert_config.json)",
-        source=source,
-        key=_KEY,
+        "checkpoint (bert_config.json)"
     )
 
 
@@ -226,12 +234,16 @@ def _load_named_preset(preset: str, source) -> PretrainedBackbone:
 
 
 def _check_sequence_length(backbone, sequence_length: int, source) -> None:
-    if sequence_length > backbone.max_sequence_length:
-        raise UserError(
-            f"{sequence_length} is more than the model's {backbone.max_sequence_length} positions",
-            source=source,
-            key="backbone.sequence_length",
-        )
+    if problem := sequence_length_problem(sequence_length, backbone.max_sequence_length):
+        raise UserError(problem, source=source, key="backbone.sequence_length")
+
+
+def sequence_length_problem(sequence_length: int, max_positions: int) -> str | None:
+    """What is wrong with `sequence_length` for a model of `max_positions` positions, or None
+    (the rule loading a backbone and `bertkit check` share)."""
+    if sequence_length > max_positions:
+        return f"{sequence_length} is more than the model's {max_positions} positions"
+    return None
 
 
 def _with_lowercase(tokenizer: WordPieceTokenizer, lowercase, preset, source):

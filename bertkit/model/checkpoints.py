@@ -25,6 +25,7 @@ from bertkit.model.hf_files import (
     TORCH_BIN_FILE,
     VOCAB_FILE,
     load_json,
+    missing_weights,
     require_file,
     write_tokenizer_config,
 )
@@ -47,16 +48,10 @@ def prepare_hf_dir(source_dir, cache_dir) -> Path:
         raise UserError("no such directory", source=source_dir)
     if any((source_dir / name).is_file() for name in (SAFETENSORS_FILE, SAFETENSORS_INDEX)):
         return source_dir
-    if (source_dir / TORCH_BIN_FILE).is_file():
-        convert = _convert_torch_dir
-    elif any(source_dir.glob("*.index")):
-        convert = google_checkpoint_to_hf
-    else:
-        raise UserError(
-            f"found no {SAFETENSORS_FILE}, {TORCH_BIN_FILE} or TensorFlow "
-            "checkpoint (*.ckpt.index)",
-            source=source_dir,
-        )
+    if problem := missing_weights(source_dir):
+        raise UserError(problem, source=source_dir)
+    torch = (source_dir / TORCH_BIN_FILE).is_file()
+    convert = _convert_torch_dir if torch else google_checkpoint_to_hf
     target = cache_dir / f"{source_dir.name}-{_fingerprint(source_dir)}"
     if not target.is_dir():
         cache_dir.mkdir(parents=True, exist_ok=True)

@@ -44,6 +44,15 @@ def infer_do_lower_case(tokens) -> bool:
     return all(word == word.lower() for word in words)
 
 
+def missing_weights(source_dir: Path) -> str | None:
+    """What says a Hugging Face or Google BERT folder has no weights, or None (the rule
+    `bertkit.model.checkpoints.prepare_hf_dir` and `bertkit check` share)."""
+    names = (SAFETENSORS_FILE, SAFETENSORS_INDEX, TORCH_BIN_FILE)
+    if any((source_dir / name).is_file() for name in names) or any(source_dir.glob("*.index")):
+        return None
+    return f"found no {SAFETENSORS_FILE}, {TORCH_BIN_FILE} or TensorFlow checkpoint (*.ckpt.index)"
+
+
 def require_file(directory: Path, name: str) -> Path:
     """`directory / name`, which must be a file."""
     if not (directory / name).is_file():

@@ -70,6 +70,51 @@ class LoraConfig:
     )
 
 
+def check_targets(lora: LoraConfig | None, error) -> None:
+    """A recipe's `training.lora.targets` name each layer once, and at least one;
+    `error(message, path)` makes the `UserError` for the key path below `training.lora`.
+
+    A duplicate is refused, not dropped: `[query, query]` is more likely a slip for another
+    layer than a wish to adapt `query` twice.
+    """
+    if lora is None:
+        return
+    if not lora.targets:
+        raise error(
+            "lists no layer, and LoRA would train the task head alone; give one or more of: "
+            + ", ".join(TARGET_LAYERS),
+            ("targets",),
+        )
+    for index, target in enumerate(lora.targets):
+        if target in lora.targets[:index]:
+            raise error(f"'{target}' is listed twice", ("targets", index))
+
+
+def rank_problem(lora: LoraConfig, hidden_dim: int, intermediate_dim: int) -> str | None:
+    """What is wrong with `lora.rank` for a backbone of these widths, or None: a rank above
+    the smaller side of a layer's kernel (its input and output widths) adds no capacity,
+    only weights. The rule `bertkit check` (from the checkpoint's config) and `finetune`
+    share.
+
+    Example:
+        >>> rank_problem(LoraConfig(rank=4096), hidden_dim=384, intermediate_dim=1536)
+        'must be at most 384, the narrower side of the query layers it adapts (384 x 384), got 4096'
+    """
+    widths = {
+        "intermediate": (hidden_dim, intermediate_dim),
+        "output": (intermediate_dim, hidden_dim),
+    }
+    shapes = {target: widths.get(target, (hidden_dim, hidden_dim)) for target in lora.targets}
+    target = min(shapes, key=lambda name: min(shapes[name]), default=None)
+    if target is None or lora.rank <= min(shapes[target]):
+        return None
+    fan_in, fan_out = shapes[target]
+    return (
+        f"must be at most {min(fan_in, fan_out)}, the narrower side of the {target} layers it "
+        f"adapts ({fan_in} x {fan_out}), got {lora.rank}"
+    )
+
+
 def enable_lora(model, backbone, lora, description: dict) -> dict:
     """Switches LoRA on in `backbone` (a layer of `model`) and freezes the rest of it.
 

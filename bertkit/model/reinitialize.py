@@ -45,12 +45,8 @@ def reinitialize_top_layers(backbone, count: int, seed: int, source=None) -> lis
         bertkit.errors.UserError: training.reinit_top_layers: must be at most 2, ...
     """
     layers = list(backbone.transformer_layers)
-    if count > len(layers):
-        raise UserError(
-            f"must be at most {len(layers)}, the backbone's transformer layers, got {count}",
-            source=source,
-            key=KEY,
-        )
+    if problem := count_problem(count, len(layers)):
+        raise UserError(problem, source=source, key=KEY)
     if count == 0:
         return []
     chosen = layers[len(layers) - count :] + [backbone.pooled_dense]
@@ -59,6 +55,19 @@ def reinitialize_top_layers(backbone, count: int, seed: int, source=None) -> lis
         for variable in layer.weights:
             variable.assign(fresh_values(variable.name, tuple(variable.shape), generator))
     return [layer.name for layer in chosen]
+
+
+def count_problem(count: int, num_layers: int) -> str | None:
+    """What is wrong with re-initialising `count` of `num_layers` layers, or None (the rule
+    `reinitialize_top_layers` and `bertkit check` share).
+
+    Example:
+        >>> count_problem(7, 6)
+        "must be at most 6, the backbone's transformer layers, got 7"
+    """
+    if count > num_layers:
+        return f"must be at most {num_layers}, the backbone's transformer layers, got {count}"
+    return None
 
 
 def fresh_values(name: str, shape: tuple, generator: np.random.Generator) -> np.ndarray:

@@ -11,23 +11,24 @@ from bertkit.errors import UserError
 from bertkit.recipes.yaml_source import parse_scalar
 
 
-def apply_overrides(raw: dict, overrides: list[str], sections: dict) -> set:
-    """Applies overrides in place; returns the key paths they set (for error locations)."""
-    touched = set()
+def apply_overrides(raw: dict, overrides: list[str], sections: dict) -> dict:
+    """Applies overrides in place; returns {key path they set: its origin's label} (for error
+    locations): `--set`, or the section's keyword argument, `training=`."""
+    touched = {}
     for text in overrides:
         key, sep, value = text.partition("=")
         if not sep or not key.strip():
             raise UserError(f"expected KEY=VALUE, got '{text}'", source="--set")
         path = tuple(key.strip().split("."))
         _set_path(raw, path, parse_scalar(value, key.strip()) if value.strip() else None, text)
-        touched.add(path)
+        touched[path] = "--set"
     for section, value in sections.items():
         if isinstance(value, dict) and isinstance(raw.get(section), dict):
             raw[section] = {**raw[section], **value}
-            touched.update((section, key) for key in value)
+            touched.update({(section, key): f"{section}=" for key in value})
         else:
             raw[section] = value
-            touched.add((section,))
+            touched[(section,)] = f"{section}="
     return touched
 
 

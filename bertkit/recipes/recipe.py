@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 from pathlib import Path
 
 import yaml
 
 from bertkit.batching.plan import BatchPlan
 from bertkit.errors import UserError
+from bertkit.model.lora import check_targets
 from bertkit.recipes import schema
 from bertkit.recipes.overrides import apply_overrides
+from bertkit.recipes.run_folder import resolve_run_folder
 from bertkit.recipes.search_space import SearchSpace, parse_search
 from bertkit.recipes.search_space import json_schema as search_json_schema
 from bertkit.recipes.sections import BackboneConfig, ExportConfig, TrainingConfig
@@ -51,6 +52,14 @@ class Recipe:
     source: str = "<recipe>"
     search: SearchSpace | None = None  # the `search:` section, for `bertkit tune`
     export: ExportConfig = ExportConfig()  # the `export:` section
+    # where each value came from (the file's line, `--set`), for the errors of later checks
+    origin: object = dataclasses.field(default=None, compare=False, repr=False)
+
+    def error(self, message: str, path: tuple) -> UserError:
+        """A `UserError` about the value at key `path`, located where that value came from."""
+        if self.origin is None:
+            return schema.Origin(self.source).error(message, path)
+        return self.origin.error(message, path)
 
     def to_dict(self) -> dict:
         """The fully resolved recipe, as written into the run directory."""
@@ -71,16 +80,29 @@ class Recipe:
     def task_class(self):
         return load_task(self.task)
 
+    def with_output_dir(self, folder, source: str = "output_dir") -> Recipe:
+        """This recipe writing its run into `folder` (`--output`; see `resolve_run_folder`),
+        a `UserError` from `source` when it cannot."""
+        try:
+            resolved = resolve_run_folder(folder)
+        except UserError as error:
+            raise UserError(error.message, source=source) from None
+        return dataclasses.replace(self, output_dir=str(resolved))
+
 
 _SECTIONS = ("schema", "task", "backbone", "data", "training", "output_dir", "search", "export")
 
 
-def load_recipe(recipe, overrides: list[str] | None = None, **sections) -> Recipe:
+def load_recipe(
+    recipe, overrides: list[str] | None = None, *, called_as: str = "load_recipe", **sections
+) -> Recipe:
     """Reads and validates a recipe file (or mapping), with overrides applied.
 
     Args:
         recipe: path of a YAML recipe, or a mapping with the same content.
         overrides: `"training.epochs=3"`-style strings, as given to `--set`.
+        called_as: the function the user called with `sections`, named by their errors:
+            `finetune(training=...): training.epochs: expected an integer, got 'x'`.
         **sections: mappings merged into the recipe's sections, as in
             `load_recipe("r.yaml", training={"epochs": 1})`.
 
@@ -104,13 +126,23 @@ def load_recipe(recipe, overrides: list[str] | None = None, **sections) -> Recip
             source=origin.source,
             line=1,
         )
-    overridden = apply_overrides(raw, overrides or [], sections)
-    override_origin = schema.Origin("--set", {}, Path.cwd())
-    return _build_recipe(raw, origin, override_origin, overridden, default_output)
+    overridden = _override_origins(apply_overrides(raw, overrides or [], sections), called_as)
+    return _build_recipe(raw, origin, overridden, default_output)
 
 
-def _build_recipe(raw: dict, file_origin, override_origin, touched: set, default_output) -> Recipe:
-    origin = schema.MixedOrigin(file_origin, override_origin, touched)
+def _override_origins(labels: dict, called_as: str) -> dict:
+    """{key path: its `Origin`}: `--set`, or `finetune(training=...)` for a keyword."""
+    origins = {
+        label: schema.Origin(
+            label if label == "--set" else f"{called_as}({label}...)", {}, Path.cwd()
+        )
+        for label in set(labels.values())
+    }
+    return {path: origins[label] for path, label in labels.items()}
+
+
+def _build_recipe(raw: dict, file_origin, overridden: dict, default_output) -> Recipe:
+    origin = schema.MixedOrigin(file_origin, overridden)
     _check_top_level(raw, origin)
     task_name, task_options = _task_section(raw, origin)
     where = origin.error("", ("task",))
@@ -134,6 +166,7 @@ def _build_recipe(raw: dict, file_origin, override_origin, touched: set, default
         source=file_origin.source,
         search=search,
         export=_export_section(raw, origin, task_class),
+        origin=origin,
     )
 
 
@@ -173,6 +206,8 @@ def _build_sections(raw: dict, origin, task_class) -> tuple:
         training, task_class, lambda message, key: origin.error(message, ("training", key))
     )
     _check_feature_based(backbone, training, origin)
+    lora_path = ("training", "lora")
+    check_targets(training.lora, lambda message, path: origin.error(message, lora_path + path))
     return data, backbone, training
 
 
@@ -202,10 +237,15 @@ def _output_dir(raw: dict, origin, default_output: Path) -> str:
     if "output_dir" not in raw:
         return str(default_output.resolve())
     value = raw["output_dir"]
+    if value is None:  # `output_dir: ~` too: YAML's null, not the home folder
+        message = "expected a folder path, got null (a bare ~ is YAML's null too; write $HOME/...)"
+        raise origin.error(message, ("output_dir",))
     if not isinstance(value, str) or not value:
         raise origin.error(f"expected a folder path, got {value!r}", ("output_dir",))
-    base = origin.base_dir_for(("output_dir",)) or Path.cwd()
-    return str((base / Path(value).expanduser()).resolve())
+    try:
+        return str(resolve_run_folder(value, origin.base_dir_for(("output_dir",))))
+    except UserError as error:
+        raise origin.error(error.message, ("output_dir",)) from None
 
 
 def _task_section(raw: dict, origin) -> tuple[str, dict]:
@@ -228,55 +268,6 @@ def _resolve_preset(backbone: BackboneConfig, base_dir: Path | None) -> Backbone
         resolved = (base_dir / Path(preset).expanduser()).resolve()
         return dataclasses.replace(backbone, preset=str(resolved))
     return backbone
-
-
-def check_inputs(recipe: Recipe, *, data_files: bool = True) -> None:
-    """Checks that the files a recipe reads exist, without reading them or importing TensorFlow.
-
-    Data files (every `path` field of the task's data section; skipped with
-    `data_files=False`, as when training from a features file) must be readable files,
-    and a local or `package:` preset must be a folder, as must those the `search:`
-    section chooses from: `bertkit check` and `finetune` (before it touches the run
-    directory) answer "will this run start?".
-    """
-    origin = schema.Origin(recipe.source, _lines_of(recipe.source))
-    for field in dataclasses.fields(recipe.data) if data_files else ():
-        value = getattr(recipe.data, field.name)
-        if not field.metadata.get("path") or not isinstance(value, str):
-            continue
-        path = Path(value)
-        if not path.exists():
-            raise origin.error(f"file not found: {value}", ("data", field.name))
-        if not path.is_file() or not os.access(path, os.R_OK):
-            raise origin.error(f"not a readable file: {value}", ("data", field.name))
-    _check_preset(recipe.backbone.preset, origin, ("backbone", "preset"))
-    for dimension in recipe.search.dimensions if recipe.search else ():
-        for index, choice in enumerate(dimension.choices or ()):
-            if dimension.key == "backbone.preset":  # a trial sets it as --set does
-                choice = _resolve_preset(BackboneConfig(choice), Path.cwd()).preset
-                _check_preset(choice, origin, ("search", dimension.key, index))
-
-
-def _check_preset(preset: str, origin, path: tuple) -> None:
-    """A local or `package:` preset is a folder (keras-hub's named presets are checked
-    when the backbone loads: listing them imports Keras)."""
-    from bertkit.model.backbone import resolve_preset
-
-    try:
-        folder = resolve_preset(preset)
-    except UserError as error:
-        raise origin.error(error.message, path) from None
-    if folder.startswith("/") and not Path(folder).is_dir():
-        problem = "is not a folder" if Path(folder).exists() else "not found"
-        named = f" (from '{preset}')" if folder != preset else ""
-        raise origin.error(f"preset folder {problem}: {folder}{named}", path)
-
-
-def _lines_of(source: str) -> dict:
-    try:
-        return load_yaml(source)[1] if Path(source).is_file() else {}
-    except UserError:
-        return {}
 
 
 def recipe_json_schema() -> dict:

@@ -6,8 +6,8 @@ them and turns every mistake into one `UserError` with file, line and key path.
 It also renders the same dataclasses as JSON Schema for editor completion.
 
 Field metadata understood here: `help` (description), `min`/`max` (inclusive
-bounds), `min_exclusive`, `max_exclusive`, and `path=True` (a file path, resolved against the
-recipe's folder).
+bounds; of each item, for a list), `min_exclusive`, `max_exclusive`, and `path=True` (a
+file path, resolved against the recipe's folder).
 """
 
 from __future__ import annotations
@@ -44,16 +44,26 @@ class Origin:
 
 
 class MixedOrigin:
-    """Values from a file, some replaced by overrides (`--set`): each key knows its origin."""
+    """Values from a file, some replaced by overrides (`--set`, keyword arguments): each key
+    knows its origin.
 
-    def __init__(self, file_origin: Origin, override_origin: Origin, overridden: set):
+    `overridden` maps each key path an override set to that override's `Origin`. A key
+    inside an overridden one is the override's; so is a section the file lacks that an
+    override made on its way (`--set foo.bar=1` in a recipe without `foo`).
+    """
+
+    def __init__(self, file_origin: Origin, overridden: dict):
         self.file_origin = file_origin
-        self.override_origin = override_origin
         self.overridden = overridden
 
     def for_path(self, path: tuple) -> Origin:
-        if any(path[: len(key)] == key for key in self.overridden):
-            return self.override_origin
+        for key, origin in self.overridden.items():
+            if path[: len(key)] == key:
+                return origin
+        if path not in self.file_origin.lines:
+            for key, origin in self.overridden.items():
+                if key[: len(path)] == path:
+                    return origin
         return self.file_origin
 
     def error(self, message: str, path: tuple) -> UserError:
@@ -105,6 +115,10 @@ def check_value(hint, field, value, origin: Origin, path: tuple):
     value = _check_type(hint, value, origin, path)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         _check_bounds(value, meta, origin, path)
+    if isinstance(value, tuple):  # a list's bounds are each item's
+        for index, item in enumerate(value):
+            if isinstance(item, (int, float)) and not isinstance(item, bool):
+                _check_bounds(item, meta, origin, path + (index,))
     base_dir = origin.base_dir_for(path)
     if meta.get("path") and isinstance(value, str) and base_dir is not None:
         value = str((base_dir / Path(value).expanduser()).resolve())
@@ -227,6 +241,7 @@ def json_schema(cls) -> dict:
         meta = field.metadata
         if "help" in meta:
             prop["description"] = meta["help"]
+        bounded = _bounded_part(prop)
         for key, schema_key in (
             ("min", "minimum"),
             ("max", "maximum"),
@@ -234,7 +249,7 @@ def json_schema(cls) -> dict:
             ("max_exclusive", "exclusiveMaximum"),
         ):
             if key in meta:
-                prop[schema_key] = meta[key]
+                bounded[schema_key] = meta[key]
         if field.default is not dataclasses.MISSING:
             prop["default"] = to_plain(field.default)
         elif field.default_factory is dataclasses.MISSING:
@@ -244,6 +259,15 @@ def json_schema(cls) -> dict:
     if required:
         schema["required"] = required
     return schema
+
+
+def _bounded_part(prop: dict) -> dict:
+    """Where a field's bounds go in its JSON Schema: itself, or its items (a list's, also in
+    `anyOf` with null)."""
+    for part in [prop, *prop.get("anyOf", ())]:
+        if part.get("type") == "array":
+            return part["items"]
+    return prop
 
 
 def _type_schema(hint) -> dict:

@@ -190,9 +190,11 @@ class TrainingConfig:
     bucket_lengths: tuple[int, ...] | None = _field(
         default=None,
         metadata={
-            "help": "padded batch lengths to choose from; null: 16, 32, 64, 128, ... "
-            "up to sequence_length (on a GPU or TPU: 64, 128, 256, ...: fewer programs "
-            "to compile)"
+            "min": 1,
+            "help": "padded batch lengths to choose from (in any order: they are sorted, "
+            "repeats dropped, and those of sequence_length or more replaced by it); null: "
+            "16, 32, 64, 128, ... up to sequence_length (on a GPU or TPU: 64, 128, 256, "
+            "...: fewer programs to compile)",
         },
     )
     batch_order: Literal["length_buckets", "random"] = _field(

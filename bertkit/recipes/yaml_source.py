@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sys
+import unicodedata
 from pathlib import Path
 
 import yaml
@@ -20,17 +21,31 @@ KeyPath = tuple  # ("training", "learning_rate")
 
 
 MAX_RECIPE_BYTES = 1_000_000  # recipes are short; a bigger file is a mistake or an attack
+# The deepest recipe key path is 4 levels (search: training.lora.rank: choices: [...]);
+# PyYAML composes nested values recursively, and a 2 KB `[[[[...` exhausts Python's stack.
+MAX_NESTING = 32
 
 
 class RecipeLoader(yaml.SafeLoader):
     """PyYAML's safe loader, reading `3e-5` as a number as YAML 1.2 does (1.1 wants `3.0e-5`).
 
     Anchors and aliases (`&a`, `*a`, `<<: *a`) are refused: ten lines of nested aliases
-    (a "billion laughs") expand to gigabytes, and a recipe has no need of them.
+    (a "billion laughs") expand to gigabytes, and a recipe has no need of them. So are
+    values nested more than `MAX_NESTING` levels deep, before they recurse that deep.
     """
+
+    depth = 0
 
     def compose_node(self, parent, index):
         event = self.peek_event()
+        if self.depth >= MAX_NESTING:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"values nested more than {MAX_NESTING} levels deep (at column "
+                f"{event.start_mark.column + 1}); a recipe nests a few",
+                event.start_mark,
+            )
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise yaml.composer.ComposerError(
                 None,
@@ -39,7 +54,11 @@ class RecipeLoader(yaml.SafeLoader):
                 "write the values out",
                 event.start_mark,
             )
-        return super().compose_node(parent, index)
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 RecipeLoader.add_implicit_resolver(
@@ -57,7 +76,7 @@ def parse_scalar(text: str, key: str | None = None):
     try:
         return parse_yaml(text, source="--set")[0]
     except UserError as error:
-        raise UserError(f"{error.message} (in '{text:.60}')", source="--set", key=key) from None
+        raise UserError(f"{error.message} (in {text[:60]!r})", source="--set", key=key) from None
 
 
 def load_yaml(path) -> tuple[object, dict[KeyPath, int]]:
@@ -81,7 +100,10 @@ def load_yaml(path) -> tuple[object, dict[KeyPath, int]]:
 
 def parse_yaml(text: str, source="<string>") -> tuple[object, dict[KeyPath, int]]:
     """Parses YAML text; see `load_yaml`."""
-    loader = RecipeLoader(text)
+    try:
+        loader = RecipeLoader(text)  # checks every character first
+    except yaml.reader.ReaderError as error:
+        raise _character_error(text, error, source) from None
     try:
         node = loader.get_single_node()
         if node is None:
@@ -102,6 +124,25 @@ def parse_yaml(text: str, source="<string>") -> tuple[object, dict[KeyPath, int]
         raise UserError(f"invalid YAML: {error}", source=source) from None
     finally:
         loader.dispose()
+
+
+def _character_error(text: str, error, source) -> UserError:
+    """A character YAML does not allow (a control character, a NUL byte), with its line and
+    column: PyYAML's own message gives only an offset into "<unicode string>"."""
+    line = text.count("\n", 0, error.position) + 1
+    column = error.position - (text.rfind("\n", 0, error.position) + 1) + 1
+    character = error.character
+    if isinstance(character, str):
+        character = ord(character)
+    named = {0: "a NUL byte"}.get(character, "a control character")
+    if unicodedata.category(chr(character)) != "Cc" and character:
+        named = "a character YAML does not allow"
+    return UserError(
+        f"{named} (U+{character:04X}) at column {column}; YAML allows tabs, line ends and "
+        "printable characters",
+        source=source,
+        line=line,
+    )
 
 
 _PLAIN_TAGS = {

@@ -42,7 +42,7 @@ from pathlib import Path
 from bertkit.errors import UserError
 from bertkit.progress import say
 from bertkit.recipes.recipe import Recipe
-from bertkit.run_dir import FINISHED, RunDirectory, read_json, write_json
+from bertkit.run_dir import FINISHED, RUNNING, RunDirectory, read_json, write_json
 from bertkit.training.seeds_side_by_side import seeds_at_once, train_side_by_side
 
 LARGEST_SEED = 2**32 - 1
@@ -65,12 +65,18 @@ def train_seeds(
             side_by_side[seed] = (seed_recipe(recipe, seed, run), seed_run)
             continue
         say(f"seed {seed} ({position}): {seed_run.path}")
-        finetuned = finetune(
-            seed_recipe(recipe, seed, run), verbose=verbose, features=features, callbacks=callbacks
-        )
+        try:
+            finetuned = finetune(
+                seed_recipe(recipe, seed, run),
+                verbose=verbose,
+                features=features,
+                callbacks=callbacks,
+            )
+        except UserError as error:  # e.g. it diverged: which seed did, in one line
+            raise done.failed(seed, error) from None
         done.finished(seed)
     if side_by_side:
-        train_side_by_side(side_by_side, at_once, features, done.finished)
+        train_side_by_side(side_by_side, at_once, features, done.finished, done.failed)
     if not writes_run_directory():
         return finetuned
     finish_seeds(run, recipe, write_seeds_metrics(run, recipe, done.seeds, done.baseline))
@@ -100,6 +106,16 @@ class _SeedsDone:
                 self.done.append(seed)
             else:
                 yield position, seed, seed_run
+
+    def failed(self, seed: int, error: UserError) -> UserError:
+        """`error` of one seed, its message led by the seed (`seed 43: training diverged:
+        ...`) and kept in the run's `run.json` (`failed_seed`) until a run of the seeds
+        finishes."""
+        if not error.message.startswith(f"seed {seed}: "):  # a child's names it already
+            error = UserError(f"seed {seed}: {error}")
+        if self.writes and self.run.run_file.is_file():
+            self.run.set_status(RUNNING, failed_seed={"seed": seed, "error": error.message})
+        return error
 
     def finished(self, seed: int) -> None:
         """Rewrites `metrics.json` with `seed` done, and flags it if it did not learn."""
@@ -264,7 +280,10 @@ def finish_seeds(run: RunDirectory, recipe: Recipe, metrics: dict) -> None:
     write_seeds_report(run.path, recipe, metrics)
     say(summary_line(metrics, recipe.task_class().monitor))  # failed seeds: said as each ended
     run.set_status(
-        FINISHED, seeds=[e["seed"] for e in metrics["seeds"]], kept_seed=metrics["kept_seed"]
+        FINISHED,
+        seeds=[e["seed"] for e in metrics["seeds"]],
+        kept_seed=metrics["kept_seed"],
+        failed_seed=None,  # one that failed before, trained again since
     )
 
 

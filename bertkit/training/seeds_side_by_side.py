@@ -127,9 +127,10 @@ def core_groups(cores: list[int], width: int) -> list[set[int]]:
     return groups
 
 
-def train_side_by_side(seed_runs: dict, width: int, features, on_finished) -> None:
+def train_side_by_side(seed_runs: dict, width: int, features, on_finished, on_failed=None) -> None:
     """Trains each seed of `seed_runs` (seed -> (recipe, run directory), in order) in a child
-    process, `width` at a time; calls `on_finished(seed)` as each ends well."""
+    process, `width` at a time; calls `on_finished(seed)` as each ends well. The first that
+    fails on a user error raises `on_failed(seed, error)` (default: the error)."""
     gpus = visible_gpus()
     groups = device_groups(gpus, width)
     if not gpus and hasattr(os, "sched_getaffinity"):
@@ -159,7 +160,7 @@ def train_side_by_side(seed_runs: dict, width: int, features, on_finished) -> No
                 child.wait()
             raise
     if failure:
-        raise _failed(*failure, folder)
+        raise _failed(*failure, folder, on_failed)
     if stopping or pending:
         from bertkit.training.preemption import Preempted
 
@@ -222,14 +223,15 @@ def _die_with(parent: int, cores: set[int] | None) -> None:
         os._exit(128 + signal.SIGTERM)
 
 
-def _failed(seed: int, code: int, folder: Path) -> Exception:
+def _failed(seed: int, code: int, folder: Path, on_failed=None) -> Exception:
     """The parent's error for a seed whose child failed: its own one line for a user error
-    (exit 2), else a line naming its log."""
+    (exit 2; `on_failed(seed, error)` if given), else a line naming its log."""
     log = folder / f"seed-{seed}.log"
     lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
     errors = [line for line in lines if line.startswith("bertkit: error: ")]
     if code == 2 and errors:
-        return UserError(f"seed {seed}: {errors[-1].removeprefix('bertkit: error: ')}")
+        error = UserError(f"seed {seed}: {errors[-1].removeprefix('bertkit: error: ')}")
+        return on_failed(seed, error) if on_failed else error
     status = f"signal {-code}" if code < 0 else f"exit status {code}"
     return RuntimeError(f"seed {seed} ended with {status}; its output: {log}")
 

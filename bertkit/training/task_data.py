@@ -92,6 +92,8 @@ class TaskData:
     @staticmethod
     def _backbone(recipe, load_pretrained):
         from bertkit.model.attention import set_attention_dropout, training_attention_dropout
+        from bertkit.model.sizes import BackboneSizes
+        from bertkit.recipes.preflight import check_backbone_fits
 
         say(f"loading the backbone {recipe.backbone.preset}")
         loaded = load_pretrained(
@@ -100,6 +102,8 @@ class TaskData:
             lowercase=recipe.backbone.lowercase,
             source=recipe.source,
         )
+        # what `bertkit check` checks from a folder's config; a named preset's only now
+        check_backbone_fits(recipe, BackboneSizes.of(loaded.backbone))
         rate = training_attention_dropout(recipe.backbone.attention_dropout)
         if rate != recipe.backbone.attention_dropout:
             say(

@@ -24,14 +24,14 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 import time
 from pathlib import Path
 
 from bertkit.errors import UserError
 from bertkit.parallel.multi_process import process_zero_decides, quiet_unless_writer
-from bertkit.recipes.recipe import Recipe, check_inputs, load_recipe
+from bertkit.recipes.preflight import check_run
+from bertkit.recipes.recipe import Recipe, load_recipe
 from bertkit.run_dir import RunDirectory, read_json
 from bertkit.training import run_steps
 from bertkit.training.phases import Phases
@@ -99,8 +99,8 @@ def _train(recipe, run, resuming, verbose, features, phases, callbacks):
 
 def _checked_run(recipe, overrides, sections, output_dir, features):
     """The recipe, its files checked before the run directory is touched, and that directory."""
-    recipe = _as_recipe(recipe, overrides, sections, output_dir)
-    check_inputs(recipe, data_files=not features)
+    recipe = _as_recipe(recipe, overrides, sections, output_dir, "finetune")
+    check_run(recipe, data_files=not features)  # what `bertkit check` checks
     if features:
         from bertkit.training.feature_file_archive import check_features_path
 
@@ -156,7 +156,7 @@ def featurize(recipe, out=None, *, overrides=None, overwrite: bool = False, **se
     from bertkit.training import feature_file_data as made_from
     from bertkit.training.feature_file import keeps_validation, write_feature_file
 
-    recipe = _as_recipe(recipe, overrides, sections, None)
+    recipe = _as_recipe(recipe, overrides, sections, None, "featurize")
     out = Path(out or f"{recipe.output_dir}.features.npz")
     made_from.check_replaceable(out, recipe, overwrite)  # before the work, not after
     phases = Phases()
@@ -195,11 +195,11 @@ def _validate(path: Path, example_type) -> float:
     return time.perf_counter() - started
 
 
-def _as_recipe(recipe, overrides, sections, output_dir) -> Recipe:
+def _as_recipe(recipe, overrides, sections, output_dir, called_as) -> Recipe:
     if not isinstance(recipe, Recipe):
-        recipe = load_recipe(recipe, overrides, **sections)
+        recipe = load_recipe(recipe, overrides, called_as=called_as, **sections)
     if output_dir is not None:
-        recipe = dataclasses.replace(recipe, output_dir=str(Path(output_dir).resolve()))
+        recipe = recipe.with_output_dir(output_dir, source=f"{called_as}(output_dir=...)")
     return recipe
 
 

@@ -56,7 +56,8 @@ import time
 from pathlib import Path
 
 from bertkit.errors import UserError
-from bertkit.recipes.recipe import Recipe, check_inputs, load_recipe
+from bertkit.recipes.preflight import check_run
+from bertkit.recipes.recipe import Recipe, load_recipe
 from bertkit.run_dir import FINISHED, RunDirectory, read_json
 from bertkit.task import Task
 from bertkit.training.preemption import Preempted
@@ -169,7 +170,7 @@ def check_search(recipe: Recipe) -> None:
     training file is then read to see that some are). Without one, every trial would
     train in full and then fail.
     """
-    check_inputs(recipe)
+    check_run(recipe)  # what `finetune` checks before a trial trains
     if recipe.data.validation:
         return
     task_class = recipe.task_class()

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import bertkit
-from bertkit.testing import run_task_contract_test
+from bertkit.errors import UserError
+from bertkit.testing import run_task_contract_test, write_tiny_checkpoint
 from bertkit.testing.tiny import FILLER, NEGATIVE, POSITIVE
 
 TEXTS = ["the good film", "a dull meal", "funny story of paris"]
@@ -174,3 +175,181 @@ def test_retrieval_metrics_on_hand_made_rankings():
     assert gold_ranks(np.zeros((2, 4)), np.array([0, 3])).tolist() == [4, 4]  # collapsed
     # ranks [1, 2.5, 2.5, 4] and [3, 1, 2, 4]: 1.5 / sqrt(4.5 * 5) (scipy.stats.spearmanr's)
     assert spearman(np.array([1, 2, 2, 5]), np.array([3, 1, 2, 4])) == pytest.approx(0.3162278)
+
+
+# ---------------------------------------------------------------- recipes and data
+def recipe(tmp_path, task=None, **training):
+    return {
+        "schema": 1,
+        "task": {"name": "embedding", **(task or {})},
+        "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
+        "data": {"train": str(tmp_path / "train.tsv")},
+        "training": {"epochs": 1, "batch_size": 8, **training},
+    }
+
+
+def test_mnrl_refuses_micro_batches_in_one_line(tmp_path):
+    from bertkit.recipes.recipe import load_recipe
+
+    spec = recipe(tmp_path, batch_order="random", micro_batches=2)
+    with pytest.raises(UserError) as refused:
+        load_recipe(spec)
+    assert str(refused.value) == (
+        "<recipe>: training.micro_batches: the embedding task's loss reads the whole batch "
+        "(in-batch negatives), and each micro-batch would see only its own rows; set "
+        "micro_batches to 1 (gradient_accumulation_steps keeps batch_size rows a step)"
+    )
+    load_recipe(recipe(tmp_path, {"loss": "cosine"}, batch_order="random", micro_batches=2))
+
+
+def test_several_tensorflow_replicas_are_refused_for_mnrl():
+    from bertkit.batching.plan import BatchPlan
+    from bertkit.recipes.sections import TrainingConfig
+
+    training = TrainingConfig(batch_size=8)
+    BatchPlan.check_devices(training, 2, "jax", spans_batch=True)  # the global batch's loss
+    BatchPlan.check_devices(training, 1, "tensorflow", spans_batch=True)
+    with pytest.raises(UserError, match="each of TensorFlow's 2 replicas would see only its"):
+        BatchPlan.check_devices(training, 2, "tensorflow", spans_batch=True)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        (
+            "train.tsv",
+            "anchor\tpos\nthe film\tgood film\n",
+            "train.tsv:2: positive: missing column 'positive' (columns: anchor, pos)",
+        ),
+        (
+            "train.tsv",
+            "anchor\tpositive\nthe film\tgood film\n \tbad film\n",
+            "train.tsv:3: anchor: empty value in column 'anchor'",
+        ),
+        (
+            "train.jsonl",
+            '{"anchor": "a film", "positive": "good"}\n{"anchor": "a film", "positive": 4}\n',
+            "train.jsonl:2: positive: expected a text, got 4",
+        ),
+        (
+            "train.jsonl",
+            '{"anchor": "a", "positive": "b", "negative": "c"}\n{"anchor": "a", "positive": "b"}\n',
+            "train.jsonl:2: negative: missing column 'negative' (columns: anchor, positive)",
+        ),
+    ],
+)
+def test_bad_pairs_are_one_line_naming_file_line_and_column(tmp_path, name, content, message):
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    (tmp_path / name).write_text(content)
+    spec = recipe(tmp_path)
+    spec["data"]["train"] = str(tmp_path / name)
+    with pytest.raises(UserError) as refused:
+        bertkit.finetune(spec, output_dir=tmp_path / "run", verbose=0)
+    assert str(refused.value).endswith(message) and "\n" not in str(refused.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_score_out_of_its_declared_range_names_its_line(tmp_path):
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    (tmp_path / "train.tsv").write_text("a\tb\tsim\none\ttwo\t4.5\nthree\tfour\t5.5\n")
+    spec = recipe(tmp_path, {"loss": "cosine"})
+    spec["data"].update(text="a", text_pair="b", score="sim", score_max=5.0)
+    with pytest.raises(UserError, match=r"train.tsv:3: sim: expected a score from 0 to 5, got"):
+        bertkit.finetune(spec, output_dir=tmp_path / "run", verbose=0)
+
+
+def test_pooling_defaults_to_what_a_sentence_transformers_folder_declares(tmp_path):
+    from bertkit.recipes.recipe import load_recipe
+    from bertkit.training.task_data import make_task
+
+    folder = write_tiny_checkpoint(tmp_path / "ckpt")
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text('{"pooling_mode_cls_token": true}')
+    modules = [
+        {"path": "", "type": "sentence_transformers.models.Transformer"},
+        {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+    ]
+    (folder / "modules.json").write_text(json.dumps(modules))
+    examples = [bertkit_example("a", "b")]
+    state = make_task(load_recipe(recipe(tmp_path))).fit_state(examples)
+    assert state == {"poolings": ["cls"], "normalize": True, "texts": 2}
+    chosen = recipe(tmp_path, {"pooling": "mean+max", "normalize": False})
+    state = make_task(load_recipe(chosen)).fit_state(examples)
+    assert state == {"poolings": ["max", "mean"], "normalize": False, "texts": 2}
+    (folder / "modules.json").unlink()  # a plain checkpoint: mean, not normalized
+    assert make_task(load_recipe(recipe(tmp_path))).fit_state(examples)["poolings"] == ["mean"]
+
+
+def bertkit_example(anchor, positive):
+    from bertkit_tasks.embedding.pairs import PairExample
+
+    return PairExample(anchor, positive)
+
+
+def test_scored_pairs_train_with_the_cosine_loss_and_report_spearman(tmp_path):
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    rng = random.Random(0)
+    keys, noise = POSITIVE + NEGATIVE, FILLER[20:]
+    rows = ["text\ttext_pair\tscore"]
+    for index in range(48):
+        key, other = keys[index % 16], keys[(index + 5) % 16]
+        same = index % 2 == 0
+        pair = f"{key if same else other} " + " ".join(rng.sample(noise, 3))
+        rows.append(f"the {key}\t{pair}\t{4 if same else 1}")
+    (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+    spec = recipe(tmp_path, {"loss": "cosine", "pooling": "mean"}, epochs=3, learning_rate=3e-3)
+    spec["data"].update(validation=str(tmp_path / "train.tsv"), score_max=5.0)
+    spec["export"] = {"saved_model": False}
+    model = bertkit.finetune(spec, output_dir=tmp_path / "run", verbose=0)
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["monitor"] == "val_spearman"
+    assert set(metrics["final"]["validation"]) == {"spearman", "pearson"}
+    assert metrics["epochs"][-1]["val_spearman"] > max(0.5, metrics["epochs"][0]["val_spearman"])
+    assert len(model.predict(["the good"])[0]["embedding"]) == 32
+
+
+def test_kill_9_mid_epoch_then_resume_with_lora_gives_the_uninterrupted_run(tmp_path, capfd):
+    """Killed before step 8 of epoch 2 (10 steps an epoch, a checkpoint every 5), the run
+    resumes after its step 5 and ends as the uninterrupted run (LoRA's factors included)."""
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    import yaml
+
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    write_pairs(tmp_path / "train.tsv", 40, seed=0, negatives=True)
+    write_pairs(tmp_path / "dev.tsv", 12, seed=1)
+    spec = recipe(tmp_path, {"pooling": "mean"}, epochs=2, batch_size=4, learning_rate=1e-2)
+    spec["data"]["validation"] = str(tmp_path / "dev.tsv")
+    spec["training"].update(
+        checkpoint_every_steps=5, lora={"rank": 4, "alpha": 8, "targets": ["query", "value"]}
+    )
+    spec["export"] = {"saved_model": False}
+    (tmp_path / "r.yaml").write_text(yaml.safe_dump({**spec, "output_dir": "interrupted"}))
+    signal_at_step = Path(__file__).with_name("signal_at_step.py")
+    killed = subprocess.run(
+        [sys.executable, str(signal_at_step), "finetune", str(tmp_path / "r.yaml")],
+        env={**os.environ, "BERTKIT_TEST_SIGNAL": "SIGKILL,1,7"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    bertkit.finetune(tmp_path / "r.yaml", verbose=0)
+    assert "interrupted at epoch 2 step 5" in capfd.readouterr().err  # resumed there
+    bertkit.finetune(spec, output_dir=tmp_path / "uninterrupted", verbose=0)
+
+    def steps(name):
+        return json.loads((tmp_path / name / "steps.json").read_text())["steps"]
+
+    def final(name):
+        return json.loads((tmp_path / name / "metrics.json").read_text())["final"]
+
+    assert [s["loss"] for s in steps("interrupted")] == pytest.approx(
+        [s["loss"] for s in steps("uninterrupted")], rel=1e-5
+    )
+    expected = final("uninterrupted")["validation"]
+    assert final("interrupted")["validation"] == pytest.approx(expected)
+    assert (tmp_path / "interrupted" / "model" / "lora.weights.h5").is_file()

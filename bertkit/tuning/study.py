@@ -93,7 +93,9 @@ def open_study(place: StudyPlace, base: Recipe, heartbeat_seconds: int | None, *
 
 def _objective(base: Recipe) -> dict:
     """What a study's trial values mean: the recipe's task, its metric and direction."""
-    task_class = base.task_class()
+    from bertkit.training.task_data import make_task
+
+    task_class = make_task(base)  # its monitor may follow its options (the embedding task)
     return {
         "task": base.task,
         "monitor": task_class.monitor,

@@ -99,6 +99,8 @@ def test_the_saved_models_vectors_equal_predicts(contract):
     np.testing.assert_allclose(vectors, [p["embedding"] for p in result["predictions"]], atol=1e-5)
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)  # normalize
     assert set(result["predictions"][0]) == {"embedding"} and vectors.shape == (3, 32)
+    embedded = bertkit.embed(result["run_dir"], TEXTS)  # `bertkit embed RUN`: the same vectors
+    np.testing.assert_allclose(embedded, vectors, atol=1e-5)
     loaded = bertkit.load(result["run_dir"])
     np.testing.assert_allclose(
         loaded.predict([{"text": TEXTS[1]}])[0]["embedding"], vectors[1], atol=1e-5

@@ -110,12 +110,15 @@ def test_the_saved_models_vectors_equal_predicts(contract):
 # ---------------------------------------------------------------- the losses, by hand
 def numpy_mnrl(vectors, keys, rows, scale):
     """sentence-transformers' MNRL over a batch (texts: anchor, positive[, negative]),
-    with another row's equal positive and a repeated row's negative left out."""
+    each distinct positive text and each row's negative a candidate once, the anchor's own
+    positive text in another row none."""
     unit = vectors / np.linalg.norm(vectors, axis=-1, keepdims=True)
     batch = len(unit)
     losses = []
     for i in range(batch):
-        candidates = [j for j in range(batch) if j == i or keys[j] != keys[i]]
+        candidates = [
+            j for j in range(batch) if j == i or keys[j] != keys[i] and keys[j] not in keys[:j]
+        ]
         scores = [scale * unit[i, 0] @ unit[j, 1] for j in candidates]
         firsts = [j for j in range(batch) if rows[j] not in rows[:j]]
         scores += [scale * unit[i, 0] @ unit[j, t] for t in range(2, unit.shape[1]) for j in firsts]
@@ -137,6 +140,8 @@ def test_mnrl_equals_numpy_on_a_hand_made_batch(texts):
     loss = MultipleNegativesRankingLoss(scale=20.0, reduction=None)
     got = np.asarray(loss(y_true, vectors))
     np.testing.assert_allclose(got, numpy_mnrl(vectors, keys, rows, 20.0), rtol=1e-5, atol=1e-5)
+    without_filler = np.asarray(loss(y_true[:4], vectors[:4]))  # the filler changes nothing
+    np.testing.assert_allclose(got[:4], without_filler, rtol=1e-6, atol=1e-6)
     weights = np.array([1, 1, 1, 1, 0], "float32")  # as training weighs the filler row
     mean = MultipleNegativesRankingLoss(scale=20.0)(y_true, vectors, sample_weight=weights)
     np.testing.assert_allclose(float(mean), got[:4].sum() / 5, rtol=1e-5)  # sum over batch

@@ -7,9 +7,9 @@ Both read the model's output `(batch, texts, dim)`: each row's anchor (text 0), 
   scaled cosine similarities to every positive and negative of the batch, its own positive
   the target. It reads the whole batch, so the batch is its set of negatives (see
   `EmbeddingTask.loss_spans_batch`). Its targets are `(batch, 2)`: a key per distinct
-  positive text and the row's index in the data. Another row with the same positive text,
-  or a filler row (`bertkit.padding.fill_rows` repeats a row, weight 0), is no negative:
-  the first is masked out as a candidate, the second's negative counts once.
+  positive text and the row's index in the data, so that each distinct text is one
+  candidate (`candidate_mask`): the anchor's own positive text in another row is no
+  negative, and a filler row (`bertkit.padding.fill_rows` repeats a row, weight 0) adds none.
 - `CosineSimilarityLoss`: the squared difference between the cosine of a row's two texts
   and its gold score, a row's own loss.
 """
@@ -43,27 +43,48 @@ class MultipleNegativesRankingLoss(keras.losses.Loss):
 
     def call(self, y_true, y_pred):
         vectors = l2_normalize(ops.cast(y_pred, "float32"))  # (batch, texts, dim)
-        batch, texts = ops.shape(vectors)[0], vectors.shape[1]
+        texts = vectors.shape[1]
         anchors = vectors[:, 0, :]  # (batch, dim)
         candidates = ops.concatenate([vectors[:, t, :] for t in range(1, texts)], axis=0)
-        scores = self.scale * ops.matmul(
-            anchors, ops.transpose(candidates)
-        )  # (batch, (texts-1)*batch)
-        keys, rows = y_true[:, 0], y_true[:, 1]
-        diagonal = ops.eye(batch, dtype="bool")
-        other_positive = ops.not_equal(keys[:, None], keys[None, :])  # (batch, batch)
-        valid = [ops.logical_or(diagonal, other_positive)]
-        repeated = ops.logical_and(  # row j repeats an earlier row k < j (a filler row)
-            ops.equal(rows[:, None], rows[None, :]), ops.triu(ops.ones((batch, batch)), 1) > 0
-        )
-        first_of_its_row = ops.logical_not(ops.any(repeated, axis=0))  # (batch,) over j
-        valid += [ops.broadcast_to(first_of_its_row[None, :], (batch, batch))] * (texts - 2)
-        scores = ops.where(ops.concatenate(valid, axis=1), scores, _MASKED)
-        own = ops.sum(ops.where(diagonal, scores[:, :batch], 0.0), axis=1)  # (batch,)
-        return ops.logsumexp(scores, axis=1) - own
+        scores = self.scale * ops.matmul(anchors, ops.transpose(candidates))
+        scores = ops.where(candidate_mask(y_true, texts), scores, _MASKED)  # (batch, candidates)
+        batch = ops.shape(vectors)[0]
+        own = ops.sum(ops.where(ops.eye(batch, dtype="bool"), scores[:, :batch], 0.0), axis=1)
+        return ops.logsumexp(scores, axis=1) - own  # (batch,)
 
     def get_config(self):
         return {**super().get_config(), "scale": self.scale}
+
+
+def candidate_mask(y_true, texts: int):
+    """(batch, (texts - 1) * batch): which positives (then negatives) of the batch each
+    anchor is scored against. `y_true` is `(batch, 2)`: (positive text key, data row).
+
+    Its own positive always; each other positive text once (at its first row), unless it
+    is the anchor's own text (then it is no negative); each row's negative once however
+    often the row comes (a filler row repeats an earlier one).
+
+    Example:
+        >>> import numpy as np
+        >>> y_true = np.array([[0, 5], [1, 6], [0, 5]], "float32")  # row 3 repeats row 1
+        >>> np.asarray(candidate_mask(y_true, 3)).astype(int).tolist()
+        [[1, 1, 0, 1, 1, 0], [1, 1, 0, 1, 1, 0], [0, 1, 1, 1, 1, 0]]
+    """
+    batch = ops.shape(y_true)[0]
+    keys, rows = y_true[:, 0], y_true[:, 1]
+    diagonal = ops.eye(batch, dtype="bool")
+    others = ops.logical_and(ops.not_equal(keys[:, None], keys[None, :]), _first(keys)[None, :])
+    positives = ops.logical_or(diagonal, others)
+    negatives = ops.broadcast_to(_first(rows)[None, :], (batch, batch))
+    return ops.concatenate([positives] + [negatives] * (texts - 2), axis=1)
+
+
+def _first(values):
+    """(batch,): whether no earlier position holds the same value."""
+    batch = ops.shape(values)[0]
+    earlier = ops.triu(ops.ones((batch, batch)), 1) > 0  # [k, j]: k < j
+    same = ops.equal(values[:, None], values[None, :])
+    return ops.logical_not(ops.any(ops.logical_and(same, earlier), axis=0))
 
 
 @keras.saving.register_keras_serializable(package="bertkit_embedding")

@@ -9,7 +9,13 @@ import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.task import DataFiles, Task, string_inputs
-from bertkit_tasks.embedding.pairs import PairExample, pair_features, read_pairs, read_scored_pairs
+from bertkit_tasks.embedding.pairs import (
+    TEXTS,
+    PairExample,
+    pair_features,
+    read_pairs,
+    read_scored_pairs,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +88,7 @@ class EmbeddingTask(Task):
     def __init__(self, options, data, tokenizer, sequence_length, state=None, **kwargs):
         super().__init__(options, data, tokenizer, sequence_length, state, **kwargs)
         if options.loss == "cosine":
-            self.monitor = "spearman"  # the scored pairs' measure (instances override it)
+            self.monitor = "spearman"  # the core (seeds, tune too) reads an instance's monitor
 
     @classmethod
     def loss_spans_batch(cls, options) -> bool:
@@ -112,7 +118,7 @@ class EmbeddingTask(Task):
 
     @property
     def texts(self) -> tuple[str, ...]:
-        return ("anchor", "positive", "negative")[: self.state["texts"]]
+        return TEXTS[: self.state["texts"]]
 
     def featurize(self, examples, training):
         return pair_features(self.tokenizer, examples, len(self.texts), self.sequence_length)
@@ -177,6 +183,21 @@ class EmbeddingTask(Task):
         gold = np.array([corpus.setdefault(e.positive, len(corpus)) for e in examples])
         first = [int(np.flatnonzero(gold == document)[0]) for document in range(len(corpus))]
         return retrieval_metrics(anchors, positives[first], gold)
+
+    def baseline(self, examples):
+        """The `monitor` of learning nothing: MRR@10 of a random ranking of the split's
+        distinct positives, or no correlation.
+
+        Example:
+            >>> task = EmbeddingTask(EmbeddingOptions(), EmbeddingData(), None, 8)
+            >>> task.baseline([PairExample("q", "a"), PairExample("r", "b")])  # (1 + 1/2) / 2
+            (0.75, 'random-ranking')
+        """
+        if self.options.loss == "cosine":
+            return 0.0, "uncorrelated"
+        documents = len({e.positive for e in examples})
+        ranks = range(1, min(10, documents) + 1)
+        return sum(1 / rank for rank in ranks) / documents, "random-ranking"
 
     def parse_input(self, value):
         if isinstance(value, dict):

@@ -107,6 +107,18 @@ def test_the_saved_models_vectors_equal_predicts(contract):
     )
 
 
+def test_an_int8_model_gives_nearly_the_float_vectors(contract):
+    from bertkit.serving import quantize
+
+    _, result = contract
+    assert quantize.quality_budget(bertkit.load(result["run_dir"]).task) == 1.0  # MRR points
+    int8 = quantize.quantized(bertkit.load(result["run_dir"]))
+    vectors = np.array([p["embedding"] for p in int8.predict(TEXTS)])
+    floats = np.array([p["embedding"] for p in result["predictions"]])
+    assert np.all(np.sum(vectors * floats, axis=1) > 0.99)  # unit vectors: their cosines
+    assert set(int8.evaluate()) == {"mrr_at_10", "recall_at_1", "recall_at_10"}
+
+
 # ---------------------------------------------------------------- the losses, by hand
 def numpy_mnrl(vectors, keys, rows, scale):
     """sentence-transformers' MNRL over a batch (texts: anchor, positive[, negative]),

@@ -161,18 +161,18 @@ def write_seeds_metrics(run: RunDirectory, recipe: Recipe, seeds: list[int], bas
     """`metrics.json` of the seeds finished so far; returns it."""
     from bertkit.training.task_data import make_task
 
-    task_class = make_task(recipe)  # its monitor may follow its options (the embedding task)
+    task = make_task(recipe)  # an instance: its monitor may follow its options
     entries, failed, monitor = [], [], "loss"
     for seed in seeds:
         metrics = read_json(RunDirectory(seed_dir(run, seed)).metrics_file)
         monitor = metrics.get("monitor", monitor)
         entries.append({"seed": seed, "run": f"seeds/seed-{seed}", **metrics.get("final", {})})
-        value = entries[-1].get("validation", {}).get(task_class.monitor)
-        line = failed_seed_line(seed, value, baseline, task_class.monitor, task_class.mode)
+        value = entries[-1].get("validation", {}).get(task.monitor)
+        line = failed_seed_line(seed, value, baseline, task.monitor, task.mode)
         if line:
             entries[-1]["failed"] = line
             failed.append(line)
-    kept = kept_seed(entries, task_class.monitor, task_class.mode, recipe.training.keep_seed)
+    kept = kept_seed(entries, task.monitor, task.mode, recipe.training.keep_seed)
     mean, sd = mean_and_sd(entries)
     result = {
         "monitor": monitor,

@@ -95,11 +95,11 @@ def _objective(base: Recipe) -> dict:
     """What a study's trial values mean: the recipe's task, its metric and direction."""
     from bertkit.training.task_data import make_task
 
-    task_class = make_task(base)  # its monitor may follow its options (the embedding task)
+    task = make_task(base)  # an instance: its monitor may follow its options
     return {
         "task": base.task,
-        "monitor": task_class.monitor,
-        "direction": "maximize" if task_class.mode == "max" else "minimize",
+        "monitor": task.monitor,
+        "direction": "maximize" if task.mode == "max" else "minimize",
     }
 
 

@@ -32,6 +32,7 @@ What a task declares, each as a small piece:
 `packs`                whether training may pack rows (`training.packing`): the
                        head reads per-token outputs or `pooled_output`, and its
                        loss never spans a row's positions (see `bertkit.batching.packing`)
+`loss_spans_batch`     optional: a row's loss reads its batch (in-batch negatives), below
 `initialize_head`      optional: load head weights shipped with the pretrained
                        checkpoint (MLM's pretraining heads)
 `loss`, `metrics`      Keras loss and progress-bar metrics; both get make_batch's
@@ -75,7 +76,10 @@ loss spans several rows, such as multiple choice (one row per choice, a softmax
 over an example's choices), are out of scope, and `Features` has no group axis
 for them: the batching strategies reorder rows one by one (length buckets, random
 micro-batches) and pack several rows into one (`training.packing`), so the rows of
-one example may land in different batches. Windowed tasks need no such axis:
+one example may land in different batches. A loss over its batch as a set (in-batch
+negatives) keeps an example one row holding all its texts and declares `loss_spans_batch`:
+the core refuses micro-batches and TensorFlow replicas (a row would see fewer rows), and
+the loss must skip filler rows (`bertkit.padding.fill_rows`). Windowed tasks need no such axis:
 each window's loss is its own, and an example's windows meet again only in
 `decode`, through `Features.example_index`.
 
@@ -178,6 +182,7 @@ class Task:
         tokenizer: the backbone's `bertkit.model.tokenizer.WordPieceTokenizer`.
         sequence_length: longest model input, in word pieces.
         state: what `fit_state` returned at training time (empty before).
+        backbone_preset: the recipe's `backbone.preset` (None when rebuilt from a run).
     """
 
     name: ClassVar[str] = ""
@@ -198,12 +203,17 @@ class Task:
     # Flags this task adds to `bertkit predict` (see `PredictOption`, `apply_predict_options`).
     predict_options: ClassVar[tuple[PredictOption, ...]] = ()
 
-    def __init__(self, options, data, tokenizer, sequence_length: int, state: dict | None = None):
-        self.options = options
-        self.data = data
-        self.tokenizer = tokenizer
-        self.sequence_length = sequence_length
-        self.state = dict(state or {})
+    def __init__(
+        self, options, data, tokenizer, sequence_length: int, state=None, backbone_preset=None
+    ):
+        self.options, self.data, self.tokenizer = options, data, tokenizer
+        self.sequence_length, self.state = sequence_length, dict(state or {})
+        self.backbone_preset = backbone_preset
+
+    @classmethod
+    def loss_spans_batch(cls, options) -> bool:
+        """Whether a row's loss reads other rows of its batch with these `options`."""
+        return False
 
     # ---- data
     def read(self, path: str) -> list:

@@ -75,9 +75,17 @@ class BatchPlan:
 
     # ---- the rules
     @staticmethod
-    def check_recipe(training, task_class, error) -> None:
+    def check_recipe(training, task_class, error, spans_batch: bool = False) -> None:
         """The rules between a recipe's batch options; `error(message, key)` makes the
-        `UserError` (with the recipe's line) for `training.<key>`."""
+        `UserError` (with the recipe's line) for `training.<key>`. `spans_batch`: the
+        task's loss reads the whole batch (`Task.loss_spans_batch`)."""
+        if spans_batch and training.micro_batches > 1:
+            raise error(
+                f"the {task_class.name} task's loss reads the whole batch (in-batch "
+                "negatives), and each micro-batch would see only its own rows; set "
+                "micro_batches to 1 (gradient_accumulation_steps keeps batch_size rows a step)",
+                "micro_batches",
+            )
         if training.micro_batches > 1 and training.batch_order != "random":
             raise error(
                 "micro_batches needs batch_order: random (length-bucketed batches "
@@ -98,9 +106,13 @@ class BatchPlan:
             )
 
     @staticmethod
-    def check_devices(training, devices: int, backend: str, source=None) -> None:
-        """The rules that hold once a batch is spread by a distribution over `devices`
-        devices (one included: `distribution: data_parallel` on one device)."""
+    def check_devices(
+        training, devices: int, backend: str, source=None, spans_batch: bool = False
+    ) -> None:
+        """The rules once a distribution spreads a batch over `devices` devices (one too);
+        `spans_batch`: the loss reads its batch (JAX's: all of it; a TF replica's: a share)."""
+        if spans_batch and backend == "tensorflow" and devices > 1:
+            raise _replicas_split_the_batch(devices, source)
         for key in ("batch_size", "eval_batch_size"):
             size = getattr(training, key)
             if size is not None and size % devices:
@@ -205,3 +217,13 @@ class BatchPlan:
     def model_to_fit(self, model, backbone):
         """What `fit` trains: `model`, or with packing the same layers taking packed rows."""
         return self.layout().model_to_fit(model, backbone)
+
+
+def _replicas_split_the_batch(devices: int, source) -> UserError:
+    return UserError(
+        f"this task's loss reads the whole batch (in-batch negatives), and each of "
+        f"TensorFlow's {devices} replicas would see only its share; use the JAX "
+        "backend or distribution: one_device",
+        source=source,
+        key="training.distribution",
+    )

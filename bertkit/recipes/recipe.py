@@ -147,7 +147,8 @@ def _build_recipe(raw: dict, file_origin, overridden: dict, default_output) -> R
     task_name, task_options = _task_section(raw, origin)
     where = origin.error("", ("task",))
     task_class = load_task(task_name, source=where.source, line=where.line)
-    data, backbone, training = _build_sections(raw, origin, task_class)
+    options = schema.build(task_class.Options, task_options, origin, ("task",))
+    data, backbone, training = _build_sections(raw, origin, task_class, options)
     search = None
     if raw.get("search") is not None:
         search = parse_search(
@@ -158,7 +159,7 @@ def _build_recipe(raw: dict, file_origin, overridden: dict, default_output) -> R
     return Recipe(
         schema=SCHEMA_VERSION,
         task=task_name,
-        task_options=schema.build(task_class.Options, task_options, origin, ("task",)),
+        task_options=options,
         backbone=backbone,
         data=data,
         training=training,
@@ -188,7 +189,7 @@ def _check_top_level(raw: dict, origin) -> None:
         )
 
 
-def _build_sections(raw: dict, origin, task_class) -> tuple:
+def _build_sections(raw: dict, origin, task_class, options) -> tuple:
     """The `data`, `backbone` (its preset resolved) and `training` sections, checked."""
     for section in ("backbone", "data"):
         if not isinstance(raw.get(section), dict):
@@ -203,7 +204,10 @@ def _build_sections(raw: dict, origin, task_class) -> tuple:
     backbone = _resolve_preset(backbone, origin.base_dir_for(("backbone", "preset")))
     training = schema.build(TrainingConfig, raw.get("training") or {}, origin, ("training",))
     BatchPlan.check_recipe(
-        training, task_class, lambda message, key: origin.error(message, ("training", key))
+        training,
+        task_class,
+        lambda message, key: origin.error(message, ("training", key)),
+        spans_batch=task_class.loss_spans_batch(options),
     )
     _check_feature_based(backbone, training, origin)
     lora_path = ("training", "lora")

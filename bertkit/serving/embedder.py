@@ -170,11 +170,20 @@ def _run_encoder(run_dir):
 
     RunDirectory.open(run_dir)  # a wrong or unfinished run is one line before Keras loads
     fine_tuned = FineTunedModel.load(run_dir)
-    model = fine_tuned.model
+    model, state = fine_tuned.model, fine_tuned.task.state
+    if _SENTENCE_ENCODER in {layer.name for layer in model.layers}:  # the embedding task's
+        model = model.get_layer(_SENTENCE_ENCODER)  # backbone -> its pooling, trained
     num_layers = sum(layer.name.startswith("transformer_layer_") for layer in model.layers)
     positions = model.get_layer("position_embedding").get_config()["sequence_length"]
-    declared = EmbeddingSettings(sequence_length=fine_tuned.description["sequence_length"])
+    declared = EmbeddingSettings(
+        tuple(state["poolings"]) if "poolings" in state else None,
+        state.get("normalize"),
+        fine_tuned.description["sequence_length"],
+    )
     return model, fine_tuned.task.tokenizer, declared, num_layers, positions
+
+
+_SENTENCE_ENCODER = "sentence_encoder"  # bertkit_tasks.embedding.bi_encoder.ENCODER_NAME
 
 
 def _hidden_state_model(model, layers: tuple[int, ...]):

@@ -159,8 +159,9 @@ def device_scope(recipe: Recipe):
 
     devices = data_parallel_devices(recipe.training, recipe.source)
     if devices:
+        spans_batch = recipe.task_class().loss_spans_batch(recipe.task_options)
         BatchPlan.check_devices(
-            recipe.training, len(devices), keras.backend.backend(), recipe.source
+            recipe.training, len(devices), keras.backend.backend(), recipe.source, spans_batch
         )
     return data_parallel_scope(devices)
 

@@ -175,18 +175,20 @@ def validation_baseline(recipe: Recipe, features=None) -> tuple[float, str] | No
 # ---- the aggregate
 def write_seeds_metrics(run: RunDirectory, recipe: Recipe, seeds: list[int], baseline) -> dict:
     """`metrics.json` of the seeds finished so far; returns it."""
-    task_class = recipe.task_class()
+    from bertkit.training.task_data import make_task
+
+    task = make_task(recipe)  # an instance: its monitor may follow its options
     entries, failed, monitor = [], [], "loss"
     for seed in seeds:
         metrics = read_json(RunDirectory(seed_dir(run, seed)).metrics_file)
         monitor = metrics.get("monitor", monitor)
         entries.append({"seed": seed, "run": f"seeds/seed-{seed}", **metrics.get("final", {})})
-        value = entries[-1].get("validation", {}).get(task_class.monitor)
-        line = failed_seed_line(seed, value, baseline, task_class.monitor, task_class.mode)
+        value = entries[-1].get("validation", {}).get(task.monitor)
+        line = failed_seed_line(seed, value, baseline, task.monitor, task.mode)
         if line:
             entries[-1]["failed"] = line
             failed.append(line)
-    kept = kept_seed(entries, task_class.monitor, task_class.mode, recipe.training.keep_seed)
+    kept = kept_seed(entries, task.monitor, task.mode, recipe.training.keep_seed)
     mean, sd = mean_and_sd(entries)
     result = {
         "monitor": monitor,
@@ -273,12 +275,13 @@ def finish_seeds(run: RunDirectory, recipe: Recipe, metrics: dict) -> None:
     """Links the kept seed's model into `run`, writes the report and model card, prints
     the mean ± sd and marks the run finished."""
     from bertkit.training.seed_report import summary_line, write_seeds_report
+    from bertkit.training.task_data import make_task
 
     kept = RunDirectory(seed_dir(run, metrics["kept_seed"]))
     for name in ("model", "saved_model"):
         keep_folder(run, kept.path / name, name)
     write_seeds_report(run.path, recipe, metrics)
-    say(summary_line(metrics, recipe.task_class().monitor))  # failed seeds: said as each ended
+    say(summary_line(metrics, make_task(recipe).monitor))  # failed seeds: said as each ended
     run.set_status(
         FINISHED,
         seeds=[e["seed"] for e in metrics["seeds"]],

@@ -93,11 +93,13 @@ def open_study(place: StudyPlace, base: Recipe, heartbeat_seconds: int | None, *
 
 def _objective(base: Recipe) -> dict:
     """What a study's trial values mean: the recipe's task, its metric and direction."""
-    task_class = base.task_class()
+    from bertkit.training.task_data import make_task
+
+    task = make_task(base)  # an instance: its monitor may follow its options
     return {
         "task": base.task,
-        "monitor": task_class.monitor,
-        "direction": "maximize" if task_class.mode == "max" else "minimize",
+        "monitor": task.monitor,
+        "direction": "maximize" if task.mode == "max" else "minimize",
     }
 
 

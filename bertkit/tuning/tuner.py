@@ -61,6 +61,7 @@ from bertkit.recipes.recipe import Recipe, load_recipe
 from bertkit.run_dir import FINISHED, RunDirectory, read_json
 from bertkit.task import Task
 from bertkit.training.preemption import Preempted
+from bertkit.training.task_data import make_task
 from bertkit.tuning import retries
 from bertkit.tuning.study import (
     StudyPlace,
@@ -259,7 +260,7 @@ class Objective:
     ):
         self.recipe, self.overrides, self.space = recipe, overrides, base.search
         self.folder, self.target, self.verbose = folder, target, verbose
-        self.monitor = base.task_class().monitor
+        self.monitor = make_task(base).monitor  # an instance's: it may follow the options
         self.last_error = None
 
     def __call__(self, trial):

@@ -34,6 +34,8 @@ SLOWEST_FIRST = (
     "test_classification.py",
     "test_int8_export.py",
     "test_embed.py",
+    "test_embedding_task.py",
+    "test_feature_based.py",
     "test_preemption.py",
     "test_lora.py",
     "test_seeds_side_by_side.py",

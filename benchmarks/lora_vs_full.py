@@ -1,4 +1,12 @@
-"""LoRA against full fine-tuning on the same data, budget and seeds.
+"""LoRA and a frozen encoder (BERT's feature-based approach) against full fine-tuning on the
+same data, budget and seeds.
+
+Modes: `full`; `lora` (`training.lora`); `frozen` (`backbone.trainable: false`, the head reads
+the last layer); `frozen_last4` (frozen, the head reads the last four layers concatenated:
+`backbone.features`, the paper's best feature-based CoNLL setting, with bertkit's dense tagging
+head where the paper had a BiLSTM). A frozen encoder takes its own learning rate
+(`--frozen-learning-rate`); `frozen_last4` trains unpacked (packed training reads the last
+layer only), the other CoNLL modes packed as recipes/ner.yaml.
 
 Per run: the dev metric (and test F1 for CoNLL-2003; SST-2's test labels are not public),
 the weights that trained, the mean step time (steps after the first, which traces) and the
@@ -11,6 +19,8 @@ as LoRA wants a larger one.
     python benchmarks/lora_vs_full.py --corpus sst2 --train-size 0 --epochs 1 --seeds 42 \
         --batch-order length_buckets
     python benchmarks/lora_vs_full.py --corpus conll --train-size 4000 --seeds 42 1 2
+    python benchmarks/lora_vs_full.py --corpus conll --train-size 4000 --seeds 42 1 2 \
+        --modes full frozen frozen_last4
     python benchmarks/lora_vs_full.py --merge a.json b.json     # the table of earlier runs
 """
 
@@ -27,6 +37,7 @@ from pathlib import Path
 from common import PRESET, argument_parser, timed, write_first_sentences
 
 SEQUENCE_LENGTH = {"sst2": 64, "conll": 128}  # sst2_classification.py's and recipes/ner.yaml's
+MODES = ("full", "lora", "frozen", "frozen_last4")
 
 
 def recipe_for(args, mode: str, seed: int, files: dict) -> dict:
@@ -46,13 +57,20 @@ def recipe_for(args, mode: str, seed: int, files: dict) -> dict:
         "batch_order": args.batch_order,
         "packing": args.corpus == "conll",  # as recipes/ner.yaml
     }
+    backbone = {"preset": PRESET, "sequence_length": SEQUENCE_LENGTH[args.corpus]}
     if mode == "lora":
         training["learning_rate"] = args.lora_learning_rate
         training["lora"] = {"rank": args.rank, "alpha": args.alpha, "targets": args.targets}
+    if mode.startswith("frozen"):
+        training["learning_rate"] = args.frozen_learning_rate
+        backbone["trainable"] = False
+    if mode == "frozen_last4":
+        backbone["features"] = {"layers": [-4, -3, -2, -1], "combine": "concat"}
+        training["packing"] = False
     return {
         "schema": 1,
         "task": task,
-        "backbone": {"preset": PRESET, "sequence_length": SEQUENCE_LENGTH[args.corpus]},
+        "backbone": backbone,
         "data": data,
         "training": training,
         "export": {"saved_model": False},  # the export is the same for both
@@ -66,6 +84,12 @@ def child(recipe_file: str, run_dir: str) -> None:
     recipe = json.loads(Path(recipe_file).read_text())
     finetuned = bertkit.finetune(recipe, output_dir=run_dir, verbose=2)
     weights = sum(int(w.numpy().size) for w in finetuned.model.weights)
+    trainable = weights  # the loaded model trains everything; a frozen run trained its head
+    if not recipe["backbone"].get("trainable", True):
+        encoder = ("token_embedding", "position_embedding", "segment_embedding", "embeddings_")
+        encoder += ("transformer_layer_", "pooled_dense")
+        head = [w for w in finetuned.model.weights if not w.path.startswith(encoder)]
+        trainable = sum(int(w.numpy().size) for w in head)
     lora = json.loads((Path(run_dir) / "model" / "task.json").read_text()).get("lora")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     print(
@@ -73,7 +97,7 @@ def child(recipe_file: str, run_dir: str) -> None:
         + json.dumps(
             {
                 "weights": weights,
-                "trainable_weights": lora["trainable_weights"] if lora else weights,
+                "trainable_weights": lora["trainable_weights"] if lora else trainable,
                 "peak_memory_mb": round(peak),
             }
         ),
@@ -138,7 +162,7 @@ def write_files(args, workdir: Path) -> dict:
 def summary(record: dict) -> list[dict]:
     """One row per mode: mean ± sd over seeds of the scores, means of the costs."""
     rows = []
-    for mode in ("full", "lora"):
+    for mode in MODES:
         runs = [r for r in record["runs"] if r["mode"] == mode]
         if not runs:
             continue
@@ -159,7 +183,8 @@ def print_table(record: dict) -> None:
     print(
         f"\n{settings['corpus']}, {settings['train_size'] or 'all'} training sentences, "
         f"{settings['epochs']} epochs, batch {settings['batch_size']}, lr full "
-        f"{settings['learning_rate']} / LoRA {settings['lora_learning_rate']}, LoRA rank "
+        f"{settings['learning_rate']} / LoRA {settings['lora_learning_rate']} / frozen "
+        f"{settings.get('frozen_learning_rate', '-')}, LoRA rank "
         f"{settings['rank']}, alpha {settings['alpha']} on {', '.join(settings['targets'])}"
     )
 
@@ -199,7 +224,10 @@ def parse_arguments():
         help="random (as transformers' Trainer) or bertkit's default, whose batches of one length "
         "bucket pad less (SST-2's full training set: 1.5M padded tokens an epoch against 3.9M)",
     )
-    parser.add_argument("--modes", nargs="+", choices=["full", "lora"], default=["full", "lora"])
+    parser.add_argument(
+        "--frozen-learning-rate", type=float, default=1e-3, help="the frozen modes' (a head alone)"
+    )
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=["full", "lora"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
     parser.add_argument("--out", type=Path, default=None, help="JSON file of every run")
     parser.add_argument("--merge", type=Path, nargs="+", help="only the table of these files")
@@ -220,6 +248,7 @@ def main() -> None:
         for key in (
             *("corpus", "train_size", "epochs", "batch_size", "learning_rate"),
             *("lora_learning_rate", "rank", "alpha", "targets", "batch_order"),
+            "frozen_learning_rate",
         )
     }
     record = {"settings": settings, "runs": []}

@@ -384,6 +384,18 @@ def test_a_collective_broken_by_a_stopped_process_ends_in_one_line(
         raise ValueError(GLOO_ERROR)  # one process: no job to end
 
 
+@pytest.fixture
+def recipe_here(tmp_path, monkeypatch):
+    """A recipe `bertkit check` passes, in the working folder: the job options are refused
+    after it (the recipe is checked before anything starts)."""
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    write_sentiment_tsv(tmp_path / "train.tsv", 8)
+    recipe = {"schema": 1, "task": "classification", "backbone": {"preset": "./ckpt"}}
+    recipe["data"] = {"train": "train.tsv", "text": "sentence"}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    monkeypatch.chdir(tmp_path)
+
+
 def finetune_command(argv, capsys) -> tuple[int, str]:
     from bertkit.cli import main
 
@@ -398,7 +410,9 @@ TENSORFLOW_REFUSAL = (
 )
 
 
-def test_several_processes_on_tensorflow_are_one_line_pointing_to_jax(capsys, monkeypatch):
+def test_several_processes_on_tensorflow_are_one_line_pointing_to_jax(
+    capsys, monkeypatch, recipe_here
+):
     import keras
 
     if keras.backend.backend() != "tensorflow":
@@ -420,7 +434,7 @@ def test_several_processes_on_tensorflow_are_one_line_pointing_to_jax(capsys, mo
     assert (code, err) == (2, f"bertkit: error: TF_CONFIG: {TENSORFLOW_REFUSAL}")
 
 
-def test_a_missing_process_setting_names_its_option(capsys, monkeypatch):
+def test_a_missing_process_setting_names_its_option(capsys, monkeypatch, recipe_here):
     monkeypatch.setenv("KERAS_DISTRIBUTION_NUM_PROCESSES", "2")
     code, err = finetune_command(["--coordinator", "127.0.0.1:1234"], capsys)
     assert (code, err) == (
@@ -436,7 +450,7 @@ def test_a_missing_process_setting_names_its_option(capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("environment", [False, True], ids=["option", "variable"])
-def test_a_coordinator_without_a_port_is_one_line(capsys, monkeypatch, environment):
+def test_a_coordinator_without_a_port_is_one_line(capsys, monkeypatch, environment, recipe_here):
     if environment:
         monkeypatch.setenv("KERAS_DISTRIBUTION_JOB_ADDRESSES", "garbage")
         key, argv = "KERAS_DISTRIBUTION_JOB_ADDRESSES", []
@@ -450,14 +464,14 @@ def test_a_coordinator_without_a_port_is_one_line(capsys, monkeypatch, environme
     )
 
 
-def test_a_missing_process_ends_the_wait_with_one_line(tmp_path):
+def test_a_missing_process_ends_the_wait_with_one_line(tmp_path, recipe_here):
     """A job of two processes where only process 1 comes: it says what it waits for, then
     gives up after --startup-timeout with one line (JAX alone would wait 300 s, then abort
     with a C++ stack trace)."""
     port = free_port()
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
     started = time.time()
-    # The processes gather before the recipe is read: it need not exist here.
+    # Each process checks the recipe (as `bertkit check` does), then gathers.
     result = subprocess.run(
         [
             sys.executable,

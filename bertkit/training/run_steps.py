@@ -1,8 +1,7 @@
 """A fine-tuning run as public, named steps: prepare -> build -> fit -> finish.
 
-`bertkit.finetune` is a short script over these steps (`bertkit.training.trainer`), and so is
-any tool that needs part of a run as `finetune` makes it: the benchmarks time `build`'s
-compiled model on `prepare`'s data instead of copying how it is made.
+`bertkit.finetune` is a short script over these steps (`bertkit.training.trainer`), and so is any
+tool that needs part of a run as `finetune` makes it (the benchmarks time `build`'s model).
 
 - `prepare` (`bertkit.training.task_data.TaskData`): the task, the backbone and the featurized
   data, from the data files or a features file.

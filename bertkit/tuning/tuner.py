@@ -10,9 +10,8 @@ the study folder by default, or any RDB URL (PostgreSQL) shared by workers on se
 machines. Any number of processes may call `tune` on one storage: together they finish the
 requested number of trials. Workers send heartbeats (every `heartbeat_seconds`), so a trial
 whose worker was killed (a kill -9 included) is failed once its heartbeat is older than twice
-that, and continued from its last checkpoint by the next worker (at once after a SIGTERM;
-a worker that was only stalled: see `bertkit.tuning.retries`): an interrupted search
-resumes when `tune` is called again.
+that, and continued from its last checkpoint by the next worker (at once after a SIGTERM; a
+stalled worker: `bertkit.tuning.retries`): an interrupted search resumes when `tune` is called.
 
 Layout of the study folder (default `<output_dir>.study/`)::
 

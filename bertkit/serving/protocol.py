@@ -45,7 +45,7 @@ def read_request(body: bytes, option_keywords=(), max_inputs: int = MAX_REQUEST_
         ...
         bertkit.serving.protocol.RequestError: unknown field 'texts'; expected 'inputs'
     """
-    request = _json_object(body)
+    request = json_object(body)
     unknown = sorted(set(request) - {"inputs", *option_keywords})
     if unknown:
         taken = ", ".join(f"'{name}'" for name in ("inputs", *option_keywords))
@@ -54,7 +54,7 @@ def read_request(body: bytes, option_keywords=(), max_inputs: int = MAX_REQUEST_
     if "inputs" not in request:
         raise RequestError(400, "missing field 'inputs': expected {\"inputs\": [...]}")
     if not isinstance(inputs, list):
-        raise RequestError(400, f"'inputs' must be a list of inputs, got {_kind(inputs)}")
+        raise RequestError(400, f"'inputs' must be a list of inputs, got {kind(inputs)}")
     if not inputs:
         raise RequestError(400, "'inputs' is empty: expected at least one input")
     if len(inputs) > max_inputs:
@@ -66,7 +66,7 @@ def read_request(body: bytes, option_keywords=(), max_inputs: int = MAX_REQUEST_
     return inputs, {key: _option(key, request[key]) for key in option_keywords if key in request}
 
 
-def _json_object(body: bytes) -> dict:
+def json_object(body: bytes) -> dict:
     try:
         request = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -81,7 +81,7 @@ def _json_object(body: bytes) -> dict:
             f"a number of over {sys.get_int_max_str_digits():,} digits",
         ) from None
     if not isinstance(request, dict):
-        raise RequestError(400, f'expected a JSON object {{"inputs": [...]}}, got {_kind(request)}')
+        raise RequestError(400, f'expected a JSON object {{"inputs": [...]}}, got {kind(request)}')
     return request
 
 
@@ -118,7 +118,7 @@ def strings_in(value):
             pending += item
 
 
-def _kind(value) -> str:
+def kind(value) -> str:
     """A JSON value's kind for a message: `a number`, `an object`, ..."""
     kinds = {dict: "an object", list: "a list", str: "a text", bool: "true or false"}
     if value is None:

@@ -28,7 +28,11 @@ def build_app(model, options: ServeOptions | None = None) -> Starlette:
     worker = ModelWorker(model, options)
     about = json_line(metadata(model, options))
 
-    predict = _predict_endpoint(worker)
+    endpoints = {"predict": _endpoint(_predict(worker))}
+    if model.task.name == "embedding":  # its predictions are vectors
+        from bertkit.serving.embedding_routes import endpoints as embedding_endpoints
+
+        endpoints.update({p: _endpoint(e) for p, e in embedding_endpoints(worker).items()})
 
     async def health(request) -> Response:
         return Response(json_line({"status": "ok"}), media_type=_JSON)
@@ -48,7 +52,7 @@ def build_app(model, options: ServeOptions | None = None) -> Starlette:
         return error_response(error.status_code, error.detail)
 
     app = Starlette(
-        routes=_routes(predict=predict, health=health, metadata=about_model),
+        routes=_routes(endpoints, {"health": health, "metadata": about_model}),
         middleware=_key_check(options.api_key),
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
@@ -62,13 +66,15 @@ def _key_check(api_key: str | None) -> list[Middleware]:
     return [] if api_key is None else [Middleware(RequireApiKey, api_key=api_key)]
 
 
-def _routes(**endpoints) -> list[Route]:
-    """`POST /predict`, `GET /health` and `GET /metadata`, each with a trailing slash
-    too: Starlette's answer to `/predict/`, an empty 307 redirect, is lost on a client
-    that does not send a POST's body again after a redirect (curl without -L)."""
+def _routes(posted: dict, got: dict) -> list[Route]:
+    """`POST /predict` (and the embedding routes), `GET /health` and `GET /metadata`, each
+    with a trailing slash too: Starlette's answer to `/predict/`, an empty 307 redirect, is
+    lost on a client that does not send a POST's body again after a redirect (curl
+    without -L)."""
+    methods = {**dict.fromkeys(posted, "POST"), **dict.fromkeys(got, "GET")}
     return [
-        Route(f"/{name}{slash}", endpoint, methods=["POST" if name == "predict" else "GET"])
-        for name, endpoint in endpoints.items()
+        Route(f"/{path}{slash}", endpoint, methods=[methods[path]])
+        for path, endpoint in {**posted, **got}.items()
         for slash in ("", "/")
     ]
 
@@ -131,23 +137,30 @@ async def read_body(request, limit: int = MAX_BODY_BYTES) -> bytes:
     return b"".join(chunks)
 
 
-def _predict_endpoint(worker: ModelWorker):
-    """`POST /predict`: the request read and checked, then answered by `worker`."""
+def _predict(worker: ModelWorker):
+    async def predict(body: bytes) -> bytes:
+        # json.loads and the inputs' checks of a large request take milliseconds:
+        # off the event loop, which keeps answering the other clients
+        examples, values = await run_in_threadpool(worker.read, body)
+        return await worker.answer(examples, values)
 
-    async def predict(request) -> Response:
+    return predict
+
+
+def _endpoint(answer):
+    """A POST route: the body read (413 past the limit), then `answer(body)`'s JSON; a
+    `RequestError` is its 4xx, anything else a 500 for this request alone."""
+
+    async def endpoint(request) -> Response:
         try:
-            body = await read_body(request)
-            # json.loads and the inputs' checks of a large request take milliseconds:
-            # off the event loop, which keeps answering the other clients
-            examples, values = await run_in_threadpool(worker.read, body)
-            return Response(await worker.answer(examples, values), media_type=_JSON)
+            return Response(await answer(await read_body(request)), media_type=_JSON)
         except RequestError as error:
             return error_response(error.status, error.message)
         except Exception as error:  # noqa: BLE001 - one request fails, the server serves on
             log.exception("bertkit serve: a request failed")
             return error_response(500, f"the model failed on this request: {error}"[:300])
 
-    return predict
+    return endpoint
 
 
 def error_response(status: int, message: str) -> Response:

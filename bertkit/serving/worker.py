@@ -66,21 +66,28 @@ class ModelWorker:
         (4xx) names the first mistake."""
         keywords = [option.keyword for option in self.model.task.predict_options]
         inputs, values = read_request(body, keywords, self.options.max_request_inputs)
+        return self.parse(inputs), values
+
+    def parse(self, inputs: list) -> list:
+        """The task's examples of a request's inputs, checked whole (413, 422)."""
         check_request_characters(inputs, self.options.max_request_characters)
         try:
-            examples = self.model.parse_inputs(
+            return self.model.parse_inputs(
                 inputs, max_input_characters=self.options.max_input_characters
             )
         except UserError as error:
             raise RequestError(422, str(error)) from None
-        return examples, values
+
+    async def predictions(self, examples: list) -> list[dict]:
+        """The examples' predictions, batched with other requests' (503 when busy)."""
+        try:
+            return await self.batcher.submit(examples)
+        except ServerBusy as busy:
+            raise RequestError(503, f"the server is busy: {busy}") from None
 
     async def answer(self, examples: list, values: dict) -> bytes:
         """`{"predictions": [...]}` for a request's examples, as one JSON line."""
-        try:
-            predictions = await self.batcher.submit(examples)
-        except ServerBusy as busy:
-            raise RequestError(503, f"the server is busy: {busy}") from None
+        predictions = await self.predictions(examples)
         if values:
             task = self.model.task
             predictions = [task.apply_predict_options(p, **values) for p in predictions]

@@ -124,7 +124,7 @@ def _say_where(server, address) -> None:
     shown = f"[{host}]" if ":" in host else host
     print(
         f"bertkit serve: http://{shown}:{port} (POST /predict, GET /health, GET /metadata; "
-        "Ctrl-C stops)",
+        "an embedding run also POST /embed and /v1/embeddings; Ctrl-C stops)",
         file=sys.stderr,
         flush=True,
     )

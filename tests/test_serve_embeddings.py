@@ -117,3 +117,40 @@ def test_openai_embeddings_in_float_and_base64(server, expected):
 def test_bad_requests_are_a_4xx_and_the_server_serves_on(server, path, body, status, message):
     assert post(server, path, body) == (status, {"error": message})
     assert post(server, path, {"inputs" if path == "/embed" else "input": "ok"})[0] == 200
+
+
+class EncoderServerThread(ServerThread):
+    """`serve(SOURCE, embed=True)`: a preset served without a run."""
+
+    def _serve(self, source, options):
+        from bertkit.serving.server import ServeOptions, serve
+
+        try:
+            serve(source, ServeOptions(port=0, **options), ready=self._started, embed=True)
+        except BaseException as error:  # noqa: BLE001 - the test reports it
+            self.failed = error
+            self.ready.set()
+
+
+def test_any_preset_is_served_as_an_encoder_with_embed(tmp_path):
+    folder = write_tiny_checkpoint(tmp_path / "ckpt")
+    server = EncoderServerThread(folder)
+    try:
+        vectors = bertkit.embed(folder, TEXTS)  # a plain checkpoint: mean pooling, as is
+        status, raw = post(server, "/embed", {"inputs": TEXTS, "normalize": False})
+        assert status == 200
+        np.testing.assert_allclose(raw, vectors, atol=1e-5)
+        status, answer = post(server, "/v1/embeddings", {"input": TEXTS[:1]})
+        assert status == 200 and answer["model"] == "ckpt"
+        np.testing.assert_allclose(answer["data"][0]["embedding"], vectors[0], atol=1e-5)
+        status, predicted = post(server, "/predict", {"inputs": TEXTS[1:2]})
+        np.testing.assert_allclose(predicted["predictions"][0]["embedding"], vectors[1], atol=1e-5)
+        status, about = server.request("GET", "/metadata")
+        about = json.loads(about)
+        assert (about["task"], about["pooling"], about["dimension"]) == ("embedding", "mean", 32)
+        assert post(server, "/embed", {"inputs": ["ok", ""]}) == (
+            422,
+            {"error": "input 2: empty input"},
+        )
+    finally:
+        server.stop()

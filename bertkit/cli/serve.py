@@ -23,7 +23,15 @@ def add_to(commands) -> None:
         "With an API key (--api-key KEY, or the environment variable BERTKIT_API_KEY), "
         "every request but GET /health needs the header 'Authorization: Bearer KEY'."
     )
-    sub.add_argument("run_dir", help="a run directory of `bertkit finetune`")
+    sub.add_argument(
+        "run_dir", help="a run directory of `bertkit finetune` (with --embed: any backbone preset)"
+    )
+    sub.add_argument(
+        "--embed",
+        action="store_true",
+        help="serve the source's encoder as sentence embeddings (POST /embed, /v1/embeddings, "
+        "/predict), pooled as bertkit embed pools it: a preset needs no run",
+    )
     _add_address_options(sub)
     sub.add_argument(
         "--max-batch",
@@ -92,7 +100,8 @@ def _serve(args) -> int:
     require_server_libraries()
     api_key, origin = _api_key(args)
     check_api_key(api_key, origin)
-    check_finished_run(args.run_dir)
+    if not args.embed:
+        check_finished_run(args.run_dir)
     listening = bind_socket(args.host, args.port)
     warn_if_open(args.host, api_key)
     import_tensorflow_quietly()
@@ -104,7 +113,7 @@ def _serve(args) -> int:
         api_key=api_key,
     )
     try:
-        serve(args.run_dir, options, ready=_say_where, listening=listening)
+        serve(args.run_dir, options, ready=_say_where, listening=listening, embed=args.embed)
     except Stopped as stopped:  # while serving: the requests in progress were answered
         print(f"bertkit serve: stopped ({stopped})", file=sys.stderr)
     return 0

@@ -119,7 +119,7 @@ def endpoints(worker) -> dict:
     from starlette.concurrency import run_in_threadpool
 
     model = worker.model
-    name = model.run.path.resolve().name
+    name = getattr(model, "name", None) or model.run.path.resolve().name  # --embed: the source
 
     async def vectors(texts: list) -> np.ndarray:
         if len(texts) > worker.options.max_request_inputs:

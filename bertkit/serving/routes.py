@@ -28,12 +28,6 @@ def build_app(model, options: ServeOptions | None = None) -> Starlette:
     worker = ModelWorker(model, options)
     about = json_line(metadata(model, options))
 
-    endpoints = {"predict": _endpoint(_predict(worker))}
-    if model.task.name == "embedding":  # its predictions are vectors
-        from bertkit.serving.embedding_routes import endpoints as embedding_endpoints
-
-        endpoints.update({p: _endpoint(e) for p, e in embedding_endpoints(worker).items()})
-
     async def health(request) -> Response:
         return Response(json_line({"status": "ok"}), media_type=_JSON)
 
@@ -52,7 +46,7 @@ def build_app(model, options: ServeOptions | None = None) -> Starlette:
         return error_response(error.status_code, error.detail)
 
     app = Starlette(
-        routes=_routes(endpoints, {"health": health, "metadata": about_model}),
+        routes=_routes(_posted(worker), {"health": health, "metadata": about_model}),
         middleware=_key_check(options.api_key),
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
@@ -60,6 +54,16 @@ def build_app(model, options: ServeOptions | None = None) -> Starlette:
     app.router.redirect_slashes = False  # any other path: a JSON 404
     app.state.batcher = worker.batcher  # its batch sizes tell how requests were grouped
     return app
+
+
+def _posted(worker: ModelWorker) -> dict:
+    """The POST routes: `/predict`, and for an embedding model `/embed` and `/v1/embeddings`."""
+    endpoints = {"predict": _endpoint(_predict(worker))}
+    if worker.model.task.name == "embedding":  # its predictions are vectors
+        from bertkit.serving.embedding_routes import endpoints as embedding_endpoints
+
+        endpoints.update({p: _endpoint(e) for p, e in embedding_endpoints(worker).items()})
+    return endpoints
 
 
 def _key_check(api_key: str | None) -> list[Middleware]:
@@ -171,6 +175,8 @@ def metadata(model, options: ServeOptions) -> dict:
     """What `GET /metadata` answers: the task, its labels, the model card's fields (base
     model, sequence length, training options, validation and test metrics) and the
     server's limits."""
+    if hasattr(model, "embedder"):  # `serve --embed`: a preset's encoder, no run
+        return model.metadata(limits(options))
     task, run = model.task, model.run
     recipe = _recipe(run.recipe_file)
     return {
@@ -187,13 +193,17 @@ def metadata(model, options: ServeOptions) -> dict:
             "metrics": _numbers(_json_or_empty(run.metrics_file).get("final", {})),
             "best_epoch": _json_or_empty(run.run_file).get("best_epoch"),
         },
-        "limits": {
-            "max_batch": options.max_batch,
-            "max_wait_ms": options.max_wait_ms,
-            "max_request_inputs": options.max_request_inputs,
-            "max_input_characters": options.max_input_characters,
-            "max_request_characters": options.max_request_characters,
-        },
+        "limits": limits(options),
+    }
+
+
+def limits(options: ServeOptions) -> dict:
+    return {
+        "max_batch": options.max_batch,
+        "max_wait_ms": options.max_wait_ms,
+        "max_request_inputs": options.max_request_inputs,
+        "max_input_characters": options.max_input_characters,
+        "max_request_characters": options.max_request_characters,
     }
 
 

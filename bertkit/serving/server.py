@@ -52,9 +52,13 @@ class StoppedLoading(SystemExit):
         super().__init__(128 + signal.SIGTERM)
 
 
-def serve(run_dir, options: ServeOptions | None = None, ready=None, listening=None) -> None:
+def serve(
+    run_dir, options: ServeOptions | None = None, ready=None, listening=None, embed=False
+) -> None:
     """Serves the run in `run_dir` until SIGINT or SIGTERM (or, in a thread, until the
-    `uvicorn.Server` handed to `ready(server, address)` is told `should_exit`).
+    `uvicorn.Server` handed to `ready(server, address)` is told `should_exit`). With
+    `embed`, `run_dir` may be any backbone preset or run, served as a sentence encoder
+    (`bertkit.serving.embedding_service`).
 
     The port is bound before the model loads (or `listening`, a socket from
     `bind_socket`, is used), so a port in use is one `UserError` at once; so are a
@@ -64,16 +68,16 @@ def serve(run_dir, options: ServeOptions | None = None, ready=None, listening=No
     require_server_libraries()
     import uvicorn
 
-    from bertkit.serving.finetuned import FineTunedModel
     from bertkit.serving.routes import build_app
 
     options = options or ServeOptions()
     check_api_key(options.api_key)
-    check_finished_run(run_dir)
+    if not embed:
+        check_finished_run(run_dir)
     if listening is None:
         listening = bind_socket(options.host, options.port)
         warn_if_open(options.host, options.api_key)
-    model = FineTunedModel.load(run_dir)
+    model = _load(run_dir, embed)
     warm_up(model)
     config = uvicorn.Config(
         build_app(model, options),
@@ -186,6 +190,17 @@ def bind_socket(host: str, port: int) -> socket.socket:
         raise UserError(f"cannot listen on {host}:{port}: {error.strerror}") from None
     listening.setblocking(False)
     return listening
+
+
+def _load(source, embed: bool):
+    """The fine-tuned model of a run, or with `embed` the source's encoder."""
+    if embed:
+        from bertkit.serving.embedding_service import EmbeddingService
+
+        return EmbeddingService.load(source)
+    from bertkit.serving.finetuned import FineTunedModel
+
+    return FineTunedModel.load(source)
 
 
 def warm_up(model) -> None:

@@ -20,7 +20,6 @@ texts is timed apart for each.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import statistics
@@ -126,10 +125,9 @@ def write_inputs(args, workdir: Path) -> np.ndarray:
         args.train_pairs,
         args.eval_questions,
     )
-    with open(workdir / "pairs.tsv", "w", encoding="utf-8", newline="") as file:
-        writer = csv.writer(file, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\")
-        writer.writerow(["anchor", "positive"])
-        writer.writerows([(q.replace("\t", " "), p.replace("\t", " ")) for q, p in pairs])
+    one_line = lambda text: " ".join(text.split())  # noqa: E731 - TSV without quoting: no tabs or line ends
+    rows = ["anchor\tpositive", *(f"{one_line(q)}\t{one_line(p)}" for q, p in pairs)]
+    (workdir / "pairs.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     texts = {"queries": questions, "passages": paragraphs}
     (workdir / "texts.json").write_text(json.dumps(texts), encoding="utf-8")
     print(

@@ -182,7 +182,9 @@ class Task:
         tokenizer: the backbone's `bertkit.model.tokenizer.WordPieceTokenizer`.
         sequence_length: longest model input, in word pieces.
         state: what `fit_state` returned at training time (empty before).
-        backbone_preset: the recipe's `backbone.preset` (None when rebuilt from a run).
+
+    `backbone_preset`: the recipe's `backbone.preset`, set by the core once the task is made
+    (None when rebuilt from a run), for defaults read from the checkpoint's own files.
     """
 
     name: ClassVar[str] = ""
@@ -203,12 +205,11 @@ class Task:
     # Flags this task adds to `bertkit predict` (see `PredictOption`, `apply_predict_options`).
     predict_options: ClassVar[tuple[PredictOption, ...]] = ()
 
-    def __init__(
-        self, options, data, tokenizer, sequence_length: int, state=None, backbone_preset=None
-    ):
+    backbone_preset: str | None = None
+
+    def __init__(self, options, data, tokenizer, sequence_length: int, state: dict | None = None):
         self.options, self.data, self.tokenizer = options, data, tokenizer
         self.sequence_length, self.state = sequence_length, dict(state or {})
-        self.backbone_preset = backbone_preset
 
     @classmethod
     def loss_spans_batch(cls, options) -> bool:

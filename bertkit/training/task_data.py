@@ -139,14 +139,11 @@ def _read_examples(recipe: Recipe, state: dict | None) -> tuple[list, list | Non
 
 def make_task(recipe: Recipe, *, tokenizer=None, state: dict | None = None):
     """The recipe's task; without a tokenizer it can read files, but not featurize."""
-    return recipe.task_class()(
-        recipe.task_options,
-        recipe.data,
-        tokenizer,
-        recipe.backbone.sequence_length,
-        state,
-        backbone_preset=recipe.backbone.preset,
+    task = recipe.task_class()(
+        recipe.task_options, recipe.data, tokenizer, recipe.backbone.sequence_length, state
     )
+    task.backbone_preset = recipe.backbone.preset  # set, not passed: plugins keep __init__
+    return task
 
 
 def description_of(task, recipe: Recipe) -> dict:

@@ -6,7 +6,14 @@ tokenized on its own and its tag goes on its first word piece (the others get
 the label -100, which the loss ignores, unless `label_all_subtokens`); a long
 sentence is read in windows of the words that fit whole in `sequence_length - 2`
 pieces, every `window_stride` pieces, each word in the window where it has the
-most context; a raw text's words are BERT's basic tokenization of it.
+most context; a raw text's words are made by `task.text_words`
+(`bertkit_tasks.tagging.text_words`): BERT's basic tokenization, or one word a
+character, the rule saved with the model.
+
+Span data (`data.format: spans`: raw texts with character spans,
+`bertkit_tasks.tagging.spans`) is featurized from its text as `predict` featurizes
+a text, its entities widened to whole words for training, and scored on gold
+character spans (`bertkit_tasks.tagging.span_eval`).
 
 Decoding, shared by evaluation, `predict` and the SavedModel
 (`bertkit_tasks.tagging.decoding`): with `decoding: constrained` (the default) a
@@ -26,18 +33,24 @@ from typing import Literal
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.files import input_text, kind_from_name
+from bertkit.files import input_text
+from bertkit.progress import say
 from bertkit.task import DataFiles, Task, head_initializer, string_inputs
+from bertkit_tasks.tagging import span_eval
 from bertkit_tasks.tagging.class_weights import balanced_class_weights
-from bertkit_tasks.tagging.conll import read_conll, read_tagged_jsonl
 from bertkit_tasks.tagging.conlleval import evaluate as conll_evaluate
 from bertkit_tasks.tagging.conlleval import format_report, split_tag
 from bertkit_tasks.tagging.preprocessor import IGNORED, TaggingPreprocessor
-from bertkit_tasks.tagging.schemes import (
-    TagSchemeError,
-    allowed_transitions,
-    chunks_to_tags,
-    convert_tags,
+from bertkit_tasks.tagging.reading import read_tagging_file
+from bertkit_tasks.tagging.schemes import allowed_transitions, chunks_to_tags, convert_tags
+from bertkit_tasks.tagging.spans import SpanSentence
+from bertkit_tasks.tagging.text_words import (
+    SpanAlignment,
+    character_tags,
+    choose_text_words,
+    scheme_tags,
+    text_words_line,
+    word_chunks,
 )
 
 Scheme = Literal["iob1", "iob2", "bioes"]
@@ -87,15 +100,24 @@ class TaggingOptions:
         default=0.0,
         metadata={"min": 0.0, "max_exclusive": 1.0, "help": "target: (1 - s) one-hot + s / labels"},
     )
+    text_words: Literal["auto", "bert", "characters"] = dataclasses.field(
+        default="auto",
+        metadata={
+            "help": "how a raw text (predict, serve, span data) becomes words: bert: BERT's "
+            "basic tokenization ('DOTA2' one word); characters: every non-whitespace "
+            "character; auto: characters when every training word is one character, else bert"
+        },
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class TaggingData(DataFiles):
-    format: Literal["auto", "conll", "jsonl"] = dataclasses.field(
+    format: Literal["auto", "conll", "jsonl", "spans"] = dataclasses.field(
         default="auto",
         metadata={
-            "help": "conll (a word a line) or jsonl ({'tokens', 'tags'}); auto: .jsonl/.json "
-            "files are jsonl, others conll"
+            "help": "conll (a word a line), jsonl ({'tokens', 'tags'}) or spans ({'text', "
+            "'entities' or 'label'}: character spans, bertkit's, doccano's or CLUENER's form); "
+            "auto: .jsonl/.json files by their first record, others conll"
         },
     )
     tag_column: int = dataclasses.field(
@@ -105,6 +127,13 @@ class TaggingData(DataFiles):
     scheme: Scheme = dataclasses.field(
         default="iob2",
         metadata={"help": "the tag scheme of the files; evaluation reads tags with its semantics"},
+    )
+    overlapping_entities: Literal["longest", "error"] = dataclasses.field(
+        default="longest",
+        metadata={
+            "help": "span data: error refuses overlapping (nested) entities, naming file and "
+            "line; longest says how many, trains on the longest of each nest and scores all"
+        },
     )
 
 
@@ -147,33 +176,35 @@ class TaggingTask(Task):
             self.sequence_length,
             self.options.window_stride,
             self.options.label_all_subtokens,
+            self.text_words,
         )
+
+    @property
+    def text_words(self) -> str:
+        """The rule that makes a raw text's words: the one trained with (runs from before
+        the option read texts with `bert`)."""
+        if "text_words" in self.state or self.options.text_words == "auto":
+            return self.state.get("text_words", "bert")
+        return self.options.text_words
 
     def preprocessor(self) -> TaggingPreprocessor:
         return self._preprocessor
 
     # ---- data
     def read(self, path):
-        jsonl = self.data.format == "jsonl" or (
-            self.data.format == "auto" and kind_from_name(path) in ("jsonl", "json")
-        )
-        sentences = read_tagged_jsonl(path) if jsonl else read_conll(path, self.data.tag_column)
-        for sentence in sentences:  # a tag outside the data's scheme fails here, not mid-run
-            try:
-                convert_tags(sentence.tags, self.data.scheme, self.options.scheme)
-            except TagSchemeError as error:  # a CoNLL file has a line per word
-                line = sentence.line + (0 if jsonl else error.word_index)
-                raise UserError(
-                    f"{error} (data.scheme: {self.data.scheme})", source=sentence.source, line=line
-                ) from None
-        return sentences
+        return read_tagging_file(path, self.data, self.options.scheme)
 
     def fit_state(self, train_examples):
+        rule, why = choose_text_words(self.options.text_words, train_examples)
+        say(text_words_line(rule, why))
         counts = Counter(tag for sentence in train_examples for tag in self._model_tags(sentence))
+        types = {e.type for s in train_examples if isinstance(s, SpanSentence) for e in s.entities}
+        counts.update({tag: 0 for tag in scheme_tags(types, self.options.scheme)})
         labels = sorted(counts, key=lambda tag: (tag != "O", split_tag(tag)[1], tag))
+        state = {"labels": labels, "text_words": rule}
         if self.options.class_weights == "balanced":  # kept with the model: a resumed run's
-            return {"labels": labels, "class_weights": balanced_class_weights(counts, labels)}
-        return {"labels": labels}
+            state["class_weights"] = balanced_class_weights(counts, labels)
+        return state
 
     @property
     def labels(self) -> list[str]:
@@ -187,18 +218,35 @@ class TaggingTask(Task):
         return allowed_transitions(self.labels, self.options.scheme)
 
     def _model_tags(self, sentence) -> list[str]:
+        """A training sentence's tags in the model's scheme (span data: one a character, for
+        counting tags; exact under `text_words: characters`)."""
+        if isinstance(sentence, SpanSentence):
+            return character_tags(sentence, self.options.scheme)
         return convert_tags(sentence.tags, self.data.scheme, self.options.scheme)
 
     def featurize(self, examples, training):
-        label_ids = {label: i for i, label in enumerate(self.state.get("labels", []))}
-        # a tag unseen in training (evaluation data) is IGNORED; untagged inputs have none
+        word_pieces = self._preprocessor.word_pieces(examples)
+        alignment = SpanAlignment()
         labels = [
-            [label_ids.get(tag, IGNORED) for tag in self._model_tags(example)]
-            if getattr(example, "tags", None)
-            else None
-            for example in examples
+            self._word_labels(example, chars, alignment)
+            for example, (_, _, chars) in zip(examples, word_pieces, strict=True)
         ]
-        return self._preprocessor.featurize(examples, labels)
+        if training and alignment.line():
+            say(alignment.line())
+        return self._preprocessor.rows(word_pieces, labels)
+
+    def _word_labels(self, example, chars, alignment: SpanAlignment) -> list[int] | None:
+        """An example's words' label ids (a tag unseen in training, as evaluation data may
+        have, is IGNORED); None for an untagged input."""
+        if isinstance(example, SpanSentence):  # its words are its text's, as predict's
+            chunks = word_chunks(example, chars[0], chars[1], alignment)
+            tags = chunks_to_tags(chunks, chars.shape[1], self.options.scheme)
+        elif getattr(example, "tags", None):
+            tags = self._model_tags(example)
+        else:
+            return None
+        label_ids = {label: i for i, label in enumerate(self.state.get("labels", []))}
+        return [label_ids.get(tag, IGNORED) for tag in tags]
 
     def make_batch(self, batch, training, rng):
         inputs = {key: batch[key] for key in ("token_ids", "segment_ids", "padding_mask")}
@@ -292,13 +340,25 @@ class TaggingTask(Task):
         )
 
     def evaluate(self, examples, predictions):
+        if examples and isinstance(examples[0], SpanSentence):  # one file, one format
+            result = span_eval.evaluate_spans(
+                [sentence.text for sentence in examples],
+                [span_eval.gold_spans(sentence) for sentence in examples],
+                [span_eval.predicted_spans(prediction) for prediction in predictions],
+            )
+            result["characters"] = result.pop("tokens")
+            return self._with_counts(result, "characters")
         predicted = [
             self._predicted_tags(sentence, p)
             for sentence, p in zip(examples, predictions, strict=True)
         ]
         result = conll_evaluate([list(sentence.tags) for sentence in examples], predicted)
+        return self._with_counts(result)
+
+    @staticmethod
+    def _with_counts(result: dict, unit: str = "tokens") -> dict:
         counts = {
-            key: result.pop(key) for key in ("tokens", "found_gold", "found_predicted", "correct")
+            key: result.pop(key) for key in (unit, "found_gold", "found_predicted", "correct")
         }
         return {**result, "counts": counts}
 
@@ -307,11 +367,21 @@ class TaggingTask(Task):
         return 0.0, "all-O"
 
     def format_metrics(self, metrics):
-        return format_report({**metrics, **metrics["counts"]})
+        counts = metrics["counts"]
+        unit = "characters" if "characters" in counts else "tokens"
+        return format_report({**metrics, **counts, "tokens": counts[unit]}, unit)
 
     def report(self, examples, predictions, directory):
-        from bertkit_tasks.tagging.report import tagging_report
+        from bertkit_tasks.tagging.report import entity_report, tagging_report
 
+        if examples and isinstance(examples[0], SpanSentence):
+            return entity_report(
+                examples,
+                [span_eval.gold_spans(sentence) for sentence in examples],
+                [span_eval.predicted_spans(prediction) for prediction in predictions],
+                directory,
+                self.evaluate(examples, predictions)["per_type"],
+            )
         predicted = [
             self._predicted_tags(sentence, p)
             for sentence, p in zip(examples, predictions, strict=True)

@@ -3,15 +3,16 @@
 `data.format` is `conll`, `jsonl` (`{"tokens", "tags"}`), `spans` (raw texts with
 character spans, `bertkit_tasks.tagging.spans`) or `auto`: a .json or .jsonl file is
 `spans` when its first record has a `text` and no `tokens`, else `jsonl`; any other
-file is `conll`.
+file is `conll`. A prediction input is a raw text or a list of words (`UntaggedInput`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from bertkit.errors import UserError
-from bertkit.files import kind_from_name, read_json_lines
+from bertkit.files import input_text, kind_from_name, read_json_lines
 from bertkit_tasks.tagging.conll import read_conll, read_tagged_jsonl
 from bertkit_tasks.tagging.schemes import TagSchemeError, convert_tags
 from bertkit_tasks.tagging.spans import is_spans_record, overlaps_line, read_spans
@@ -65,3 +66,33 @@ def read_tagging_file(path, data, model_scheme: str) -> list:
                 f"{error} (data.scheme: {data.scheme})", source=sentence.source, line=line
             ) from None
     return sentences
+
+
+@dataclasses.dataclass(frozen=True)
+class UntaggedInput:
+    """A prediction input: a raw text, or a list of words."""
+
+    text: str | None = None
+    words: tuple[str, ...] | None = None
+
+
+def parse_tagging_input(value) -> UntaggedInput:
+    """A prediction input: a text, a list of words, or an object with `text` or `words`.
+
+    Example:
+        >>> parse_tagging_input({"words": ["Ann", "Lee"]})
+        UntaggedInput(text=None, words=('Ann', 'Lee'))
+    """
+    if isinstance(value, dict):
+        value = value.get("text", value.get("words", value.get("tokens")))
+    if isinstance(value, str):
+        return UntaggedInput(text=input_text(value, "text"))
+    if isinstance(value, (list, tuple)) and all(isinstance(word, str) for word in value):
+        if not value:
+            raise UserError("'words' is empty")
+        return UntaggedInput(
+            words=tuple(input_text(word, f"word {i + 1}") for i, word in enumerate(value))
+        )
+    raise UserError(
+        f"expected a text, a list of words or an object with 'text' or 'words', got {value!r:.80}"
+    )

@@ -32,25 +32,26 @@ from typing import Literal
 
 import numpy as np
 
-from bertkit.errors import UserError
-from bertkit.files import input_text
 from bertkit.progress import say
 from bertkit.task import DataFiles, Task, head_initializer, string_inputs
-from bertkit_tasks.tagging import span_eval
+from bertkit_tasks.tagging import evaluation
 from bertkit_tasks.tagging.class_weights import balanced_class_weights
-from bertkit_tasks.tagging.conlleval import evaluate as conll_evaluate
-from bertkit_tasks.tagging.conlleval import format_report, split_tag
+from bertkit_tasks.tagging.conlleval import split_tag
 from bertkit_tasks.tagging.preprocessor import IGNORED, TaggingPreprocessor
-from bertkit_tasks.tagging.reading import read_tagging_file
-from bertkit_tasks.tagging.schemes import allowed_transitions, chunks_to_tags, convert_tags
+from bertkit_tasks.tagging.reading import (
+    UntaggedInput,  # noqa: F401 (predict's examples, public here as before)
+    parse_tagging_input,
+    read_tagging_file,
+)
+from bertkit_tasks.tagging.schemes import allowed_transitions
 from bertkit_tasks.tagging.spans import SpanSentence
 from bertkit_tasks.tagging.text_words import (
     SpanAlignment,
-    character_tags,
     choose_text_words,
     scheme_tags,
     text_words_line,
-    word_chunks,
+    training_tags,
+    word_tags,
 )
 
 Scheme = Literal["iob1", "iob2", "bioes"]
@@ -137,14 +138,6 @@ class TaggingData(DataFiles):
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class UntaggedInput:
-    """A prediction input: a raw text, or a list of words."""
-
-    text: str | None = None
-    words: tuple[str, ...] | None = None
-
-
 class TaggingTask(Task):
     """Tags each word of a sentence (NER) from BERT's sequence output and finds the entities.
 
@@ -218,35 +211,19 @@ class TaggingTask(Task):
         return allowed_transitions(self.labels, self.options.scheme)
 
     def _model_tags(self, sentence) -> list[str]:
-        """A training sentence's tags in the model's scheme (span data: one a character, for
-        counting tags; exact under `text_words: characters`)."""
-        if isinstance(sentence, SpanSentence):
-            return character_tags(sentence, self.options.scheme)
-        return convert_tags(sentence.tags, self.data.scheme, self.options.scheme)
+        return training_tags(sentence, self.data.scheme, self.options.scheme)
 
     def featurize(self, examples, training):
         word_pieces = self._preprocessor.word_pieces(examples)
-        alignment = SpanAlignment()
-        labels = [
-            self._word_labels(example, chars, alignment)
-            for example, (_, _, chars) in zip(examples, word_pieces, strict=True)
-        ]
+        label_ids = {label: i for i, label in enumerate(self.state.get("labels", []))}
+        alignment, labels = SpanAlignment(), []
+        for example, (_, _, chars) in zip(examples, word_pieces, strict=True):
+            tags = word_tags(example, chars, self.data.scheme, self.options.scheme, alignment)
+            # a tag unseen in training (evaluation data) is IGNORED; untagged inputs have none
+            labels.append(None if tags is None else [label_ids.get(t, IGNORED) for t in tags])
         if training and alignment.line():
             say(alignment.line())
         return self._preprocessor.rows(word_pieces, labels)
-
-    def _word_labels(self, example, chars, alignment: SpanAlignment) -> list[int] | None:
-        """An example's words' label ids (a tag unseen in training, as evaluation data may
-        have, is IGNORED); None for an untagged input."""
-        if isinstance(example, SpanSentence):  # its words are its text's, as predict's
-            chunks = word_chunks(example, chars[0], chars[1], alignment)
-            tags = chunks_to_tags(chunks, chars.shape[1], self.options.scheme)
-        elif getattr(example, "tags", None):
-            tags = self._model_tags(example)
-        else:
-            return None
-        label_ids = {label: i for i, label in enumerate(self.state.get("labels", []))}
-        return [label_ids.get(tag, IGNORED) for tag in tags]
 
     def make_batch(self, batch, training, rng):
         inputs = {key: batch[key] for key in ("token_ids", "segment_ids", "padding_mask")}
@@ -332,79 +309,21 @@ class TaggingTask(Task):
             return {"entities": entities}
         return {"tags": [self.labels[i] for i in tag_ids], "entities": entities}
 
-    def _predicted_tags(self, sentence, prediction) -> list[str]:
-        return chunks_to_tags(
-            [(e["type"], e["start"], e["end"]) for e in prediction["entities"]],
-            len(sentence.tags),
-            self.data.scheme,
-        )
-
     def evaluate(self, examples, predictions):
-        if examples and isinstance(examples[0], SpanSentence):  # one file, one format
-            result = span_eval.evaluate_spans(
-                [sentence.text for sentence in examples],
-                [span_eval.gold_spans(sentence) for sentence in examples],
-                [span_eval.predicted_spans(prediction) for prediction in predictions],
-            )
-            result["characters"] = result.pop("tokens")
-            return self._with_counts(result, "characters")
-        predicted = [
-            self._predicted_tags(sentence, p)
-            for sentence, p in zip(examples, predictions, strict=True)
-        ]
-        result = conll_evaluate([list(sentence.tags) for sentence in examples], predicted)
-        return self._with_counts(result)
-
-    @staticmethod
-    def _with_counts(result: dict, unit: str = "tokens") -> dict:
-        counts = {
-            key: result.pop(key) for key in (unit, "found_gold", "found_predicted", "correct")
-        }
-        return {**result, "counts": counts}
+        return evaluation.tagging_metrics(examples, predictions, self.data.scheme)
 
     def baseline(self, examples):
         """Tagging every word O finds no entity: entity F1 0."""
         return 0.0, "all-O"
 
     def format_metrics(self, metrics):
-        counts = metrics["counts"]
-        unit = "characters" if "characters" in counts else "tokens"
-        return format_report({**metrics, **counts, "tokens": counts[unit]}, unit)
+        return evaluation.format_tagging_metrics(metrics)
 
     def report(self, examples, predictions, directory):
-        from bertkit_tasks.tagging.report import entity_report, tagging_report
-
-        if examples and isinstance(examples[0], SpanSentence):
-            return entity_report(
-                examples,
-                [span_eval.gold_spans(sentence) for sentence in examples],
-                [span_eval.predicted_spans(prediction) for prediction in predictions],
-                directory,
-                self.evaluate(examples, predictions)["per_type"],
-            )
-        predicted = [
-            self._predicted_tags(sentence, p)
-            for sentence, p in zip(examples, predictions, strict=True)
-        ]
-        return tagging_report(
-            examples, predicted, directory, self.evaluate(examples, predictions)["per_type"]
-        )
+        return evaluation.tagging_report_section(examples, predictions, directory, self.data.scheme)
 
     def parse_input(self, value):
-        if isinstance(value, dict):
-            value = value.get("text", value.get("words", value.get("tokens")))
-        if isinstance(value, str):
-            return UntaggedInput(text=input_text(value, "text"))
-        if isinstance(value, (list, tuple)) and all(isinstance(word, str) for word in value):
-            if not value:
-                raise UserError("'words' is empty")
-            return UntaggedInput(
-                words=tuple(input_text(word, f"word {i + 1}") for i, word in enumerate(value))
-            )
-        raise UserError(
-            f"expected a text, a list of words or an object with 'text' or "
-            f"'words', got {value!r:.80}"
-        )
+        return parse_tagging_input(value)
 
     # ---- export
     def serving_inputs(self):

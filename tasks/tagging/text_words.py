@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bertkit_tasks.tagging.schemes import chunks_to_tags
+from bertkit_tasks.tagging.schemes import chunks_to_tags, convert_tags
+from bertkit_tasks.tagging.spans import SpanSentence
 
 TEXT_WORDS = ("bert", "characters")
 # RE2: whitespace (\s is ASCII only), and what BERT's `_clean_text` deletes
@@ -202,3 +203,26 @@ def word_chunks(sentence, word_starts, word_ends, alignment: SpanAlignment) -> l
         if word_starts[first] != entity.start or word_ends[end - 1] != entity.end:
             alignment.widened.append((sentence, entity))
     return sorted(chunks, key=lambda chunk: chunk[1])
+
+
+def word_tags(example, chars, data_scheme: str, model_scheme: str, alignment: SpanAlignment):
+    """An example's words' tags in the model's scheme, or None for an untagged input.
+
+    A span sentence's words are its text's (`chars`: their (2, words) character
+    offsets, as `predict` makes them); a tagged word list's are its own.
+    """
+    if isinstance(example, SpanSentence):
+        chunks = word_chunks(example, chars[0], chars[1], alignment)
+        return chunks_to_tags(chunks, chars.shape[1], model_scheme)
+    if getattr(example, "tags", None):
+        return convert_tags(example.tags, data_scheme, model_scheme)
+    return None
+
+
+def training_tags(sentence, data_scheme: str, model_scheme: str) -> list[str]:
+    """A training sentence's tags, as `fit_state` counts them: a span sentence's with one
+    word a character (exact under `characters`; under `bert` an estimate for class
+    weights, the label set holding every tag of the scheme anyway)."""
+    if isinstance(sentence, SpanSentence):
+        return character_tags(sentence, model_scheme)
+    return convert_tags(sentence.tags, data_scheme, model_scheme)

@@ -186,7 +186,7 @@ def test_spans_train_on_the_rows_predict_makes_and_on_whole_words(capsys):
     features = task.featurize([sentence], training=True)
     assert capsys.readouterr().out == (
         "1 of 3 entities do not start and end at word boundaries; trained on whole words; "
-        "first: train.json:17 'DOTA'\n"
+        "first: train.json:17 'DOTA'; task.text_words: characters trains them as written\n"
     )
     predicted = task.featurize([task.parse_input(text)], training=False)
     assert [r.tolist() for r in features.columns["token_ids"]] == [

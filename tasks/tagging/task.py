@@ -222,7 +222,7 @@ class TaggingTask(Task):
             # a tag unseen in training (evaluation data) is IGNORED; untagged inputs have none
             labels.append(None if tags is None else [label_ids.get(t, IGNORED) for t in tags])
         if training and alignment.line():
-            say(alignment.line())
+            say(alignment.line(self.text_words))
         return self._preprocessor.rows(word_pieces, labels)
 
     def make_batch(self, batch, training, rng):
@@ -371,6 +371,8 @@ class TaggingTask(Task):
                 f"constrained {self.options.scheme} decoding (bertkit's most probable well-formed "
                 "tag sequence; transformers takes each word's most probable tag)",
             )
+        if self.text_words == "characters":
+            lost.append("one word a character in raw texts (transformers' pipeline reads words)")
         return TransformersHead(
             architecture="BertForTokenClassification",
             layer="tagger",
@@ -383,6 +385,7 @@ class TaggingTask(Task):
                 "decoding": self.options.decoding,
                 "window_stride": self._preprocessor.stride,
                 "label_all_subtokens": self.options.label_all_subtokens,
+                "text_words": self.text_words,
             },
             not_represented=tuple(lost),
         )

@@ -141,8 +141,9 @@ class SpanAlignment:
     widened: list = field(default_factory=list)  # (sentence, entity)
     dropped: list = field(default_factory=list)  # (sentence, entity)
 
-    def line(self) -> str | None:
-        """The line on widened and dropped entities, or None when every entity fits words.
+    def line(self, rule: str = "bert") -> str | None:
+        """The line on widened and dropped entities, or None when every entity fits words;
+        under `bert` it says what keeps them as written.
 
         Example:
             >>> from bertkit_tasks.tagging.spans import SpanEntity, SpanSentence
@@ -150,13 +151,14 @@ class SpanAlignment:
             >>> alignment = SpanAlignment(23971, [(sentence, sentence.entities[0])] * 3)
             >>> print(alignment.line())
             3 of 23,971 entities do not start and end at word boundaries; trained on whole \
-words; first: train.json:17 'DOTA'
+words; first: train.json:17 'DOTA'; task.text_words: characters trains them as written
         """
         parts = []
         if self.widened:
             parts.append(
                 f"{len(self.widened):,} of {self.entities:,} entities do not start and end at "
                 f"word boundaries; trained on whole words; first: {_where(*self.widened[0])}"
+                + ("; task.text_words: characters trains them as written" if rule == "bert" else "")
             )
         if self.dropped:
             parts.append(

@@ -2,11 +2,16 @@
 
 The official CMRC 2018 script splits every run of non-Chinese text with
 `nltk.word_tokenize`; bertkit does not depend on NLTK, so the regular expressions of
-`nltk.tokenize.destructive.NLTKWordTokenizer` (NLTK 3.10, itself the Penn Treebank
-tokenizer with NLTK's improvements) are ported here, in NLTK's order. NLTK is
-Copyright (C) 2001-2026 NLTK Project and licensed under the Apache License, Version 2.0
-(https://www.apache.org/licenses/LICENSE-2.0); this module is a derived work under that
-licence.
+`nltk.tokenize.treebank.TreebankWordTokenizer` with the improvements that
+`nltk.tokenize` adds to it are ported here, in NLTK's order. They are NLTK 3.4.5's, the
+last NLTK that runs on Python 2, the only Python the script runs on as published; newer
+NLTKs also split the dashes U+2012-U+2015 and change the quote and contraction rules a
+little (see `benchmarks/cmrc_metric_parity.py`). Python 2's `re` reads digit, space and
+word classes as ASCII in a pattern NLTK compiled without `re.U`, hence `re.ASCII` there.
+
+NLTK is Copyright (C) 2001-2019 NLTK Project and licensed under the Apache License,
+Version 2.0 (https://www.apache.org/licenses/LICENSE-2.0); this module is a derived work
+under that licence.
 
 Left out, as the metric never reaches them: sentence splitting first (Punkt; the text
 is tokenized as one line, `word_tokenize(text, preserve_line=True)`, since the script's
@@ -17,39 +22,38 @@ from __future__ import annotations
 
 import re
 
-# (pattern, replacement) pairs, applied in this order (NLTKWordTokenizer.tokenize).
+_A = re.ASCII  # a pattern NLTK compiled without re.U
+
+# (pattern, replacement) pairs, applied in this order (TreebankWordTokenizer.tokenize).
 _STARTING_QUOTES = (
     (re.compile("([«“‘„]|[`]+)"), r" \1 "),
-    (re.compile(r"^\""), r"``"),
-    (re.compile(r"(``)"), r" \1 "),
-    (re.compile(r"([ \(\[{<])(\"|\'{2})"), r"\1 `` "),
-    (re.compile(r"(?i)(?<!\w)(\')(?!(?:re|ve|ll|m|t|s|d|n)\b)(?=\w)"), r"\1 "),
+    (re.compile(r"^\"", _A), r"``"),
+    (re.compile(r"(``)", _A), r" \1 "),
+    (re.compile(r"([ \(\[{<])(\"|\'{2})", _A), r"\1 `` "),
+    (re.compile(r"(?i)(\')(?!re|ve|ll|m|t|s|d)(\w)\b"), r"\1 \2"),
 )
 _PUNCTUATION = (
-    (re.compile(r'([^\.])(\.)([\]\)}>"\'' "»”’ " r"]*+)\s*$"), r"\1 \2 \3 "),
-    (re.compile(r"([:,])([^\d])"), r" \1 \2"),
-    (re.compile(r"([:,])$"), r" \1 "),
-    (re.compile(r"\.{2,}"), r" \g<0> "),
-    (re.compile(r"[;@#$%&]"), r" \g<0> "),
-    (re.compile(r"[\u2012-\u2015]"), r" \g<0> "),
-    (re.compile(r'([^\.])(\.)([\]\)}>"\']*)\s*$'), r"\1 \2\3 "),
-    (re.compile(r"[?!]"), r" \g<0> "),
-    (re.compile(r"([^'])' "), r"\1 ' "),
-    (re.compile(r"[*]"), r" \g<0> "),
+    (re.compile(r'([^\.])(\.)([\]\)}>"\'' "»”’ " r"]*)\s*$"), r"\1 \2 \3 "),
+    (re.compile(r"([:,])([^\d])", _A), r" \1 \2"),
+    (re.compile(r"([:,])$", _A), r" \1 "),
+    (re.compile(r"\.\.\.", _A), r" ... "),
+    (re.compile(r"[;@#$%&]", _A), r" \g<0> "),
+    (re.compile(r'([^\.])(\.)([\]\)}>"\']*)\s*$', _A), r"\1 \2\3 "),
+    (re.compile(r"[?!]", _A), r" \g<0> "),
+    (re.compile(r"([^'])' ", _A), r"\1 ' "),
 )
-_PARENS_BRACKETS = (re.compile(r"[\]\[\(\)\{\}\<\>]"), r" \g<0> ")
-_DOUBLE_DASHES = (re.compile(r"--"), r" -- ")
+_PARENS_BRACKETS = (re.compile(r"[\]\[\(\)\{\}\<\>]", _A), r" \g<0> ")
+_DOUBLE_DASHES = (re.compile(r"--", _A), r" -- ")
 _ENDING_QUOTES = (
     (re.compile("([»”’])"), r" \1 "),
-    (re.compile(r"''"), " '' "),
-    (re.compile(r'"'), " '' "),
-    (re.compile(r"\s+"), " "),
-    (re.compile(r"([^' ])('[sS]|'[mM]|'[dD]|') "), r"\1 \2 "),
-    (re.compile(r"([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) "), r"\1 \2 "),
+    (re.compile(r'"', _A), " '' "),
+    (re.compile(r"(\S)(\'\')", _A), r"\1 \2 "),
+    (re.compile(r"([^' ])('[sS]|'[mM]|'[dD]|') ", _A), r"\1 \2 "),
+    (re.compile(r"([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) ", _A), r"\1 \2 "),
 )
-# Robert MacIntyre's contractions, as NLTK lists them (CONTRACTIONS4 is unused there too).
+# Robert MacIntyre's contractions, as NLTK 3.4.5 lists them (CONTRACTIONS4 is unused there).
 _CONTRACTIONS = tuple(
-    re.compile(pattern)
+    re.compile(pattern, _A)
     for pattern in (
         r"(?i)\b(can)(?#X)(not)\b",
         r"(?i)\b(d)(?#X)('ye)\b",
@@ -57,8 +61,8 @@ _CONTRACTIONS = tuple(
         r"(?i)\b(gon)(?#X)(na)\b",
         r"(?i)\b(got)(?#X)(ta)\b",
         r"(?i)\b(lem)(?#X)(me)\b",
-        r"(?i)\b(more)(?#X)('n)\b",
-        r"(?i)\b(wan)(?#X)(na)(?=\s)",
+        r"(?i)\b(mor)(?#X)('n)\b",
+        r"(?i)\b(wan)(?#X)(na)\s",
         r"(?i) ('t)(?#X)(is)\b",
         r"(?i) ('t)(?#X)(was)\b",
     )

@@ -9,6 +9,8 @@ the file as it is; Python 3 runs it after four textual edits that only make it p
 run there (`ur'` -> `r'`, no `reload(sys)` / `setdefaultencoding`, no `.decode('utf-8')`).
 Either way `nltk.word_tokenize` is called with `preserve_line=True`, as NLTK's Punkt
 sentence data cannot be downloaded here: each non-Chinese run is tokenized as one line.
+bertkit ports NLTK 3.4.5's rules (the last NLTK on Python 2): against Python 3 with a newer
+NLTK, which also splits the dashes U+2012-U+2015, a few questions differ.
 
 Prediction sets, per question built from its first answer (seeded): `gold`; `short` (a
 character less at the end); `long` (the next context character added); `random` (a random

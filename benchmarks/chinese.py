@@ -143,11 +143,14 @@ def cluener_conll(lines: list[str]) -> tuple[str, int]:
     return "\n\n".join(blocks) + "\n\n", left_out
 
 
-def qa_files(data: Path) -> dict:
+def qa_files(data: Path, workdir: Path, eval_limit: int | None = None) -> dict:
+    """DRCD dev to train on; DRCD test and the CMRC trial set (or their first questions)."""
     return {
         "train": data / "drcd" / "DRCD_dev.json",
-        "drcd_test": data / "drcd" / "DRCD_test.json",
-        "cmrc_trial": data / "cmrc2018_trial" / "cmrc2018_trial.json",
+        "drcd_test": limited_squad(data / "drcd" / "DRCD_test.json", eval_limit, workdir),
+        "cmrc_trial": limited_squad(
+            data / "cmrc2018_trial" / "cmrc2018_trial.json", eval_limit, workdir
+        ),
     }
 
 
@@ -230,7 +233,7 @@ def bertkit_recipe(args, row: str, data: dict, seed: int, task: dict) -> dict:
         },
         "export": {"saved_model": False},
     }
-    for key, value in BERTKIT[row].items():
+    for key, value in ({} if args.without_overrides else BERTKIT[row]).items():
         section, name = key.split(".")
         recipe[section][name] = value
     return recipe
@@ -425,6 +428,18 @@ def parse_arguments():
         help="train on the first N sentences / questions (a dry run)",
     )
     parser.add_argument(
+        "--without-overrides",
+        action="store_true",
+        help="bertkit without `BERTKIT`'s options (a tree that lacks them; qa scores the same: "
+        "both toolkits' predictions go through cmrc_scores)",
+    )
+    parser.add_argument(
+        "--eval-limit",
+        type=int,
+        default=None,
+        help="qa: evaluate on the first N questions of each file (a dry run)",
+    )
+    parser.add_argument(
         "--epochs", type=int, default=None, help="override every row's epochs (a dry run)"
     )
     parser.add_argument("--workdir", type=Path, default=None)
@@ -449,7 +464,11 @@ def main():
             budget["epochs"] = args.epochs
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bertkit-chinese-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    files = {"weibo": weibo_files, "cluener": cluener_files, "qa": lambda d, w: qa_files(d)}
+    files = {
+        "weibo": weibo_files,
+        "cluener": cluener_files,
+        "qa": lambda d, w: qa_files(d, w, args.eval_limit),
+    }
     out = args.out or workdir / "chinese.json"
     record = json.loads(out.read_text()) if out.exists() else {"benchmark": "chinese", "runs": []}
     record.update(
@@ -467,6 +486,8 @@ def main():
                     "toolkit": toolkit,
                     "seed": seed,
                     "limit": args.limit,
+                    "eval_limit": args.eval_limit,
+                    "without_overrides": args.without_overrides,
                     "load_before": load_before,
                     "load_after": os.getloadavg()[0],
                     **result,

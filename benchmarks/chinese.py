@@ -53,8 +53,10 @@ from common import argument_parser, run_reference, timed
 from zh_scoring import cmrc_scores, span_f1, spans_from_tags
 
 # The budget of each row, the same for both toolkits (random weights learn slowly: a high lr).
+# Weibo, tuned once on transformers (seed 42, lr 1e-3, dev F1 by epoch): 0.00 0.05 0.20 0.14
+# 0.23 0.27 0.27 0.26 0.26 0.25 0.27 0.27 over 12 epochs; 3 epochs left both toolkits at all-O.
 BUDGETS = {
-    "weibo": {"epochs": 3, "batch_size": 32, "learning_rate": 1e-3, "sequence_length": 128},
+    "weibo": {"epochs": 6, "batch_size": 32, "learning_rate": 1e-3, "sequence_length": 128},
     "cluener": {"epochs": 3, "batch_size": 32, "learning_rate": 1e-3, "sequence_length": 128},
     "qa": {
         "epochs": 2,

@@ -176,3 +176,21 @@ def test_empty_batch():
     normalized, alignment = normalizer.normalize_with_alignment(tf.constant([], tf.string))
     assert normalized.shape == [0] and alignment.text_starts.shape == [0]
     assert normalizer.normalize(tf.ragged.constant([[], ["É"]])).to_list() == [[], [b"e"]]
+
+
+def test_normalize_punctuation_differs_from_hugging_face_only_where_it_gives_unk(minilm):
+    mapped = minilm.with_settings(normalize_punctuation=True)
+    texts = [text for text, _ in HUGGING_FACE_PIECES] + ["“Quotes” ‘too’ — and ＡＢＣ１２３！"]
+    differing = []
+    for text, plain, ids in zip(
+        texts,
+        minilm.tokenize(tf.constant(texts)).to_list(),
+        mapped.tokenize(tf.constant(texts)).to_list(),
+        strict=True,
+    ):
+        if plain != ids:
+            differing.append(text)
+            assert minilm.unk_id in plain, text  # HF's pieces (the plain ones) had an [UNK]
+    assert differing == ["Ｆｕｌｌｗｉｄｔｈ", "ﬀ ﬃ ǈ Ⅻ ㎏ ㈱", texts[-1]]  # Ⅻ: "xii"
+    full_width = mapped.tokenize(tf.constant(texts[1:2])).to_list()[0]
+    assert full_width == minilm.tokenize(tf.constant(["fullwidth"])).to_list()[0]

@@ -162,6 +162,7 @@ def test_learns_answers_and_no_answers(run):
     assert epochs[-1]["loss"] < epochs[0]["loss"]
     final = metrics["final"]["validation"]
     assert {"exact", "f1", "HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"} <= set(final)
+    assert final["metric"] == "squad"  # task.metric auto on English contexts
     assert final["f1"] > 70 and final["best_f1"] > 70
     state = json.loads((run / "run" / "model" / "task.json").read_text())["state"]
     assert state["null_score_threshold"] >= final["best_f1_thresh"]  # tuned: margin above it

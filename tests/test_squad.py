@@ -5,7 +5,7 @@ import json
 import pytest
 
 from bertkit.errors import UserError
-from bertkit_tasks.span_qa.squad import QAExample, SkippedReport, read_squad
+from bertkit_tasks.span_qa.squad import PlacementReport, QAExample, read_squad
 
 CONTEXT = "Ada Lovelace wrote the first program in 1843."  # "1843" is at 40
 
@@ -53,7 +53,7 @@ def test_reads_squad_v1_with_several_gold_answers(tmp_path):
     assert examples == [
         QAExample("q1", "Who?", CONTEXT, ("Ada Lovelace", "Lovelace"), (0, 4), False)
     ]
-    assert skipped == SkippedReport() and not skipped
+    assert skipped == PlacementReport() and not skipped
 
 
 def test_reads_squad_v2_impossible_question_and_ignores_plausible_answers(tmp_path):
@@ -99,30 +99,45 @@ def test_json_lines_split_only_at_newlines(tmp_path):
     assert examples[0].context == context
 
 
-def test_misaligned_answers_are_skipped_and_reported(tmp_path):
+def test_misaligned_answers_are_re_placed_or_kept_for_evaluation_only(tmp_path):
     qas = [
         {"id": "good", "question": "Who?", "answers": [answer("Ada", 0)]},
         {"id": "one_bad", "question": "When?", "answers": [answer("1843", 41), answer("1843", 40)]},
-        {"id": "all_bad", "question": "Who?", "answers": [answer("Ada", 1), answer("ada", 0)]},
+        {"id": "all_bad", "question": "Who?", "answers": [answer("Adam", 1), answer("ada", 0)]},
     ]
-    examples, skipped = read_squad(squad_file(tmp_path, qas, version="1.1"))
+    examples, placement = read_squad(squad_file(tmp_path, qas, version="1.1"))
     assert [(e.id, e.answers, e.answer_starts) for e in examples] == [
         ("good", ("Ada",), (0,)),
-        ("one_bad", ("1843",), (40,)),
+        ("one_bad", ("1843", "1843"), (40, 40)),  # 41 re-placed at the occurrence at 40
+        ("all_bad", ("Adam", "ada"), (-1, -1)),  # neither text is in the context
     ]
-    assert skipped == SkippedReport(answers=3, examples=1, first_ids=("one_bad", "all_bad"))
-    assert str(skipped) == (
-        "3 answers skipped (not at their answer_start), 1 questions dropped; "
+    assert placement == PlacementReport(
+        replaced=1, unplaced=2, untrainable=1, first_ids=("one_bad", "all_bad")
+    )
+    assert str(placement) == (
+        "3 answers not at their answer_start: 1 re-placed at the nearest occurrence of their "
+        "text, 2 not in the context (evaluated, not trained on); 1 questions not trained on; "
         "first: 'one_bad', 'all_bad'"
     )
 
 
-def test_misaligned_json_lines_answer_drops_the_question_not_trains_it_as_impossible(tmp_path):
+def test_misaligned_json_lines_answers_keep_their_questions(tmp_path):
     records = [record(f"q{i}", ["1843"], [0]) for i in range(7)] + [record("ok", [], [])]
-    examples, skipped = read_squad(lines_file(tmp_path, records))
-    assert [e.id for e in examples] == ["ok"]
-    assert (skipped.answers, skipped.examples) == (7, 7)
-    assert skipped.first_ids == ("q0", "q1", "q2", "q3", "q4")  # the first five only
+    records += [record("gone", ["1066"], [40])]
+    examples, placement = read_squad(lines_file(tmp_path, records))
+    assert [e.id for e in examples] == [*(f"q{i}" for i in range(7)), "ok", "gone"]
+    assert [e.answer_starts for e in examples[:7]] == [(40,)] * 7
+    assert not examples[-1].is_impossible and examples[-1].answer_starts == (-1,)
+    assert (placement.replaced, placement.unplaced, placement.untrainable) == (7, 1, 1)
+    assert placement.first_ids == ("q0", "q1", "q2", "q3", "q4")  # the first five only
+
+
+def test_answer_placed_at_the_occurrence_nearest_its_answer_start(tmp_path):
+    context = "ab ab ab"
+    records = [record(str(i), ["ab"], [start], context) for i, start in enumerate((1, 5, 8))]
+    examples, placement = read_squad(lines_file(tmp_path, records))
+    assert [e.answer_starts for e in examples] == [(0,), (6,), (6,)]  # 1 is nearer 0 than 3
+    assert placement.replaced == 3
 
 
 def test_missing_file(tmp_path):

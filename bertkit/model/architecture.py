@@ -25,6 +25,9 @@ class PretrainedBackbone:
     tokenizer: WordPieceTokenizer
     hidden_act: str
     weights_dir: Path | None = None  # Hugging Face folder holding extra (head) tensors
+    # where the checkpoint states its casing, e.g. ("tokenizer_config.json says
+    # do_lower_case", "vocab.txt"); None: it does not, and the vocabulary decided
+    lowercase_stated_by: tuple[str, str] | None = None
 
     def checkpoint_tensors(self) -> dict:
         """All tensors of a Hugging Face-format source (for pretrained heads), else {}."""

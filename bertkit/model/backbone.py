@@ -36,16 +36,27 @@ from bertkit.model.architecture import (  # noqa: F401 (public here too)
     save_architecture,
     set_activation,
 )
-from bertkit.model.tokenizer import WordPieceTokenizer, read_vocabulary, vocabulary_is_cased
+from bertkit.model.tokenizer import WordPieceTokenizer, read_vocabulary
+from bertkit.model.vocabulary_checks import checked_lowercase, vocabulary_is_cased
 
 PRESET_MARKER = "bertkit_backbone.json"  # in presets bertkit writes: the GELU variant
 _KEY = "backbone.preset"
 
 
 def load_pretrained(
-    preset: str, *, sequence_length: int, lowercase: bool | None = None, source=None
+    preset: str,
+    *,
+    sequence_length: int,
+    lowercase: bool | None = None,
+    normalize_punctuation: bool = False,
+    source=None,
 ) -> PretrainedBackbone:
-    """Loads a backbone and tokenizer from any supported source (see module docstring)."""
+    """Loads a backbone and tokenizer from any supported source (see module docstring).
+
+    `lowercase` None takes the checkpoint's setting, but lowercases a checkpoint that says
+    cased and has no capital letters (`bertkit.model.vocabulary_checks.checked_lowercase`);
+    `normalize_punctuation` is the tokenizer's (`WordPieceTokenizer`).
+    """
     preset = resolve_preset(preset, source)
     path = Path(preset).expanduser()
     if path.is_dir():
@@ -55,7 +66,13 @@ def load_pretrained(
     else:
         loaded = _load_named_preset(preset, source)
     _check_sequence_length(loaded.backbone, sequence_length, source)
+    if lowercase is None and loaded.lowercase_stated_by:
+        lowercase = checked_lowercase(
+            loaded.tokenizer.lowercase, loaded.tokenizer.vocabulary, *loaded.lowercase_stated_by
+        )
     loaded.tokenizer = _with_lowercase(loaded.tokenizer, lowercase, preset, source)
+    if normalize_punctuation:
+        loaded.tokenizer = loaded.tokenizer.with_settings(normalize_punctuation=True)
     prepare_layers(loaded.backbone, loaded.hidden_act)
     return loaded
 
@@ -119,11 +136,13 @@ def _load_hugging_face(path: Path, source) -> PretrainedBackbone:
     if lowercase is None:
         lowercase = not vocabulary_is_cased(vocabulary)
     backbone = _hugging_face_backbone(hf_dir, config, path, source)
+    stated = ("tokenizer_config.json says do_lower_case", "vocab.txt")
     return PretrainedBackbone(
         backbone,
         WordPieceTokenizer(vocabulary, lowercase),
         config.get("hidden_act", "gelu"),
         hf_dir,
+        stated if settings.get("do_lower_case") is not None else None,
     )
 
 
@@ -204,7 +223,8 @@ def _load_keras_hub(preset: str, source) -> PretrainedBackbone:
     # keras-hub's own presets use its tanh GELU; presets bertkit writes say what they need.
     marker = Path(preset) / PRESET_MARKER
     hidden_act = json.loads(marker.read_text())["hidden_act"] if marker.exists() else "gelu_tanh"
-    return PretrainedBackbone(backbone, tokenizer, hidden_act)
+    stated = ("the keras-hub preset's tokenizer says lowercase", "its vocabulary")
+    return PretrainedBackbone(backbone, tokenizer, hidden_act, lowercase_stated_by=stated)
 
 
 def _load_named_preset(preset: str, source) -> PretrainedBackbone:
@@ -257,7 +277,7 @@ def _with_lowercase(tokenizer: WordPieceTokenizer, lowercase, preset, source):
             source=source,
             key="backbone.lowercase",
         )
-    return WordPieceTokenizer(tokenizer.vocabulary, lowercase)
+    return tokenizer.with_settings(lowercase=lowercase)
 
 
 def save_preset(backbone, tokenizer: WordPieceTokenizer, hidden_act: str, directory) -> Path:

@@ -14,6 +14,11 @@ Every normalized character remembers the bytes of the character it came from
 (`Alignment`), so that offsets into the normalized text map back to the
 original text (`Alignment.source_offsets`): a piece starts where its first
 character's source starts and ends where its last one's ends.
+
+With `equivalents` (`backbone.normalize_punctuation`, built from the vocabulary by
+`bertkit.model.vocabulary_checks.punctuation_equivalents`), characters the vocabulary
+lacks are then replaced by their equivalents ('“' -> '"', '…' -> '...'): the same
+per-character table, composed (`with_equivalents`), so offsets stay those of the original.
 """
 
 from __future__ import annotations
@@ -112,6 +117,26 @@ def normalization_table(lowercase: bool) -> dict[int, str]:
     return table
 
 
+def with_equivalents(table: dict[int, str], equivalents: dict[str, str]) -> dict[int, str]:
+    """`table` (code point -> its normalization) followed by `equivalents` (normalized
+    character -> its replacement), as one table.
+
+    Example:
+        >>> table = with_equivalents(normalization_table(lowercase=True), {"ａ": "a", "…": "..."})
+        >>> table[ord("Ａ")], table[ord("ａ")], table[ord("…")], table[ord("É")]
+        ('a', 'a', '...', 'e')
+    """
+    if not equivalents:
+        return table
+    composed = {
+        code: "".join(equivalents.get(char, char) for char in replacement)
+        for code, replacement in table.items()
+    }
+    for char, replacement in equivalents.items():
+        composed.setdefault(ord(char), replacement)
+    return composed
+
+
 class Alignment(NamedTuple):
     """Where a batch of normalized texts' characters came from.
 
@@ -160,17 +185,23 @@ class BertNormalizer(tf.Module):
 
     Args:
         lowercase: strip accents and lowercase (uncased checkpoints).
+        equivalents: normalized character -> its replacement, applied after BERT's
+            normalization (`with_equivalents`); None: none.
 
     Example:
         >>> normalizer = BertNormalizer(lowercase=True)
         >>> [t.decode() for t in normalizer.normalize(tf.constant(["Ångström\\x07 5½"])).numpy()]
         ['angstrom 5½']
+        >>> mapped = BertNormalizer(lowercase=True, equivalents={"“": '"', "…": "..."})
+        >>> [t.decode() for t in mapped.normalize(tf.constant(["“Oh…”"])).numpy()]
+        ['"oh...”']
     """
 
-    def __init__(self, lowercase: bool):
+    def __init__(self, lowercase: bool, equivalents: dict[str, str] | None = None):
         super().__init__(name="bert_normalizer")
         self.lowercase = bool(lowercase)
-        table = normalization_table(self.lowercase)
+        self.equivalents = dict(equivalents or {})
+        table = with_equivalents(normalization_table(self.lowercase), self.equivalents)
         codes = np.array(sorted(table), np.int32)
         replacements = [table[code] for code in codes.tolist()] + [""]  # last row: dropped
         lengths = np.array([len(r) for r in replacements], np.int32)

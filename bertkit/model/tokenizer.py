@@ -42,22 +42,9 @@ from bertkit.model.token_rows import (  # noqa: F401 (tasks import the last two 
     tokenize_in_chunks,
 )
 from bertkit.model.traced_calls import TracedCalls, traced_method
+from bertkit.model.vocabulary_checks import vocabulary_is_cased  # noqa: F401 (public here too)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-
-
-def vocabulary_is_cased(vocabulary: list[str]) -> bool:
-    """True when a vocabulary has uppercase word pieces (a cased checkpoint).
-
-    Example:
-        >>> vocabulary_is_cased(["[CLS]", "the", "The", "Paris"])
-        True
-        >>> vocabulary_is_cased(["[CLS]", "[UNK]", "the", "paris"])
-        False
-    """
-    words = [t for t in vocabulary if not (t.startswith("[") and t.endswith("]"))]
-    uppercase = sum(any(c.isupper() for c in t) for t in words)
-    return uppercase > max(1, len(words) // 1000)
 
 
 class WordPieceTokenizer:
@@ -66,6 +53,9 @@ class WordPieceTokenizer:
     Args:
         vocabulary: word pieces, one per id; must hold [PAD], [UNK], [CLS], [SEP].
         lowercase: lowercase and strip accents (uncased checkpoints).
+        normalize_punctuation: map characters the vocabulary lacks to the equivalents it
+            has ('“' -> '"', '…' -> '...', full-width forms; see
+            `bertkit.model.vocabulary_checks.punctuation_equivalents`), offsets kept.
 
     Example:
         >>> tokenizer = WordPieceTokenizer(
@@ -79,7 +69,7 @@ class WordPieceTokenizer:
         ['[CLS]', 'good', '[SEP]', 'film', '[SEP]']
     """
 
-    def __init__(self, vocabulary: list[str], lowercase: bool):
+    def __init__(self, vocabulary: list[str], lowercase: bool, normalize_punctuation: bool = False):
         missing = [t for t in SPECIAL_TOKENS[:4] if t not in vocabulary]
         if missing:
             raise UserError(f"vocabulary lacks the special tokens {', '.join(missing)}")
@@ -92,6 +82,7 @@ class WordPieceTokenizer:
             raise UserError(f"vocabulary repeats tokens: {', '.join(duplicates[:5])}")
         self.vocabulary = list(vocabulary)
         self.lowercase = bool(lowercase)
+        self.normalize_punctuation = bool(normalize_punctuation)
         index = {token: i for i, token in enumerate(self.vocabulary)}
         self.pad_id, self.unk_id = index["[PAD]"], index["[UNK]"]
         self.cls_id, self.sep_id = index["[CLS]"], index["[SEP]"]
@@ -112,8 +103,17 @@ class WordPieceTokenizer:
     def normalizer(self):
         """BERT's normalization (a `tf.Module`, tracked by SavedModel export)."""
         from bertkit.model.bert_normalizer import BertNormalizer
+        from bertkit.model.vocabulary_checks import punctuation_equivalents
 
-        return BertNormalizer(self.lowercase)
+        equivalents = None
+        if self.normalize_punctuation:
+            equivalents = punctuation_equivalents(self.vocabulary, self.lowercase)
+        return BertNormalizer(self.lowercase, equivalents)
+
+    def with_settings(self, **settings) -> WordPieceTokenizer:
+        """This vocabulary's tokenizer with other `lowercase` / `normalize_punctuation`."""
+        current = {"lowercase": self.lowercase, "normalize_punctuation": self.normalize_punctuation}
+        return WordPieceTokenizer(self.vocabulary, **{**current, **settings})
 
     @cached_property
     def fast_tokenizer(self):
@@ -261,13 +261,23 @@ class WordPieceTokenizer:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "vocab.txt").write_text("\n".join(self.vocabulary) + "\n", encoding="utf-8")
-        (directory / "tokenizer.json").write_text(json.dumps({"lowercase": self.lowercase}))
+        settings = {
+            "lowercase": self.lowercase,
+            "normalize_punctuation": self.normalize_punctuation,
+        }
+        (directory / "tokenizer.json").write_text(json.dumps(settings))
 
     @classmethod
     def load(cls, directory) -> WordPieceTokenizer:
+        """The tokenizer `save` wrote; one saved before `normalize_punctuation` existed
+        loads with it off, as it was trained."""
         directory = Path(directory)
         settings = json.loads((directory / "tokenizer.json").read_text())
-        return cls(read_vocabulary(directory / "vocab.txt"), settings["lowercase"])
+        return cls(
+            read_vocabulary(directory / "vocab.txt"),
+            settings["lowercase"],
+            settings.get("normalize_punctuation", False),
+        )
 
 
 def read_vocabulary(path) -> list[str]:

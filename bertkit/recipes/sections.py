@@ -27,7 +27,18 @@ class BackboneConfig:
     )
     lowercase: bool | None = _field(
         default=None,
-        metadata={"help": "lowercase and strip accents; null takes the checkpoint's setting"},
+        metadata={
+            "help": "lowercase and strip accents; null takes the checkpoint's setting (but "
+            "lowercases a checkpoint that says cased and has no capital letters)"
+        },
+    )
+    normalize_punctuation: bool = _field(
+        default=True,
+        metadata={
+            "help": "map characters the vocabulary lacks to the equivalents it has before "
+            "lookup (curly quotes to ' and \", dashes to -, … to ..., full-width forms to "
+            "ASCII), offsets kept; saved with the model. false: look them up as they are"
+        },
     )
     attention_dropout: float | None = _field(
         default=None,

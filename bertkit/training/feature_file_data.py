@@ -64,13 +64,15 @@ def sha256_of(path) -> str:
 
 
 def vocabulary_of(pretrained) -> dict:
-    """What identifies the tokenization: the vocabulary, its casing, the segment ids."""
+    """What identifies the tokenization: the vocabulary, its casing and punctuation mapping,
+    the segment ids."""
     tokenizer = pretrained.tokenizer
     words = "\n".join(tokenizer.vocabulary).encode("utf-8")
     return {
         "size": len(tokenizer.vocabulary),
         "sha256": hashlib.sha256(words).hexdigest(),
         "lowercase": bool(tokenizer.lowercase),
+        "normalize_punctuation": bool(tokenizer.normalize_punctuation),
         "segments": int(getattr(pretrained.backbone, "num_segments", 2)),
     }
 
@@ -79,6 +81,8 @@ def check_vocabulary(stored: dict, pretrained, path) -> None:
     """The rows were tokenized with the recipe's checkpoint vocabulary."""
     here = vocabulary_of(pretrained)
     compared = (("size", "vocabulary"), ("sha256", "vocabulary"), ("lowercase", "lowercasing"))
+    compared += (("normalize_punctuation", "backbone.normalize_punctuation"),)
+    stored = {"normalize_punctuation": False, **stored}  # files made before it existed: off
     for key, what in (*compared, ("segments", "")):
         if stored.get(key) != here[key]:
             differs = what or f"segment ids ({stored.get(key)}; the checkpoint's {here[key]})"

@@ -25,7 +25,7 @@ Example (a tiny random backbone and generated data; 32 rows in batches of 8):
     ...     "training": {"batch_size": 8}})
     >>> built = build(recipe, prepare(recipe))  # doctest: +ELLIPSIS
     loading the backbone ...
-    featurizing 32 training and 0 validation examples
+    featurizing 32 training and 0 validation examples...[UNK]: 0.0% of ... word pieces
     >>> len(built.batches), built.trained is built.model
     (4, True)
 """

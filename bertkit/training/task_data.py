@@ -28,6 +28,7 @@ class TaskData:
     train_features: object
     validation: list | None
     validation_features: object
+    unknown_pieces: object = None  # bertkit.model.vocabulary_checks.UnknownPieces (training)
 
     @classmethod
     def read(cls, recipe: Recipe, state: dict | None = None, phases=None) -> TaskData:
@@ -49,6 +50,7 @@ class TaskData:
             )
             validation_features = task.featurize(validation, training=False) if validation else None
             train_features = task.featurize(train, training=True)
+            unknown = report_unknown_pieces(pretrained.tokenizer, train_features, train)
         return cls(
             task,
             pretrained,
@@ -56,6 +58,7 @@ class TaskData:
             train_features,
             validation,
             validation_features,
+            unknown,
         )
 
     @classmethod
@@ -87,6 +90,7 @@ class TaskData:
             stored.train,
             stored.validation_examples,
             stored.validation,
+            report_unknown_pieces(pretrained.tokenizer, stored.train),
         )
 
     @staticmethod
@@ -100,6 +104,7 @@ class TaskData:
             recipe.backbone.preset,
             sequence_length=recipe.backbone.sequence_length,
             lowercase=recipe.backbone.lowercase,
+            normalize_punctuation=recipe.backbone.normalize_punctuation,
             source=recipe.source,
         )
         # what `bertkit check` checks from a folder's config; a named preset's only now
@@ -112,6 +117,29 @@ class TaskData:
             )
         set_attention_dropout(loaded.backbone, rate)
         return loaded
+
+
+def report_unknown_pieces(tokenizer, features, examples=None):
+    """Says the share of [UNK] pieces in the training rows (counted in their token ids)
+    and, over 5%, warns with the most frequent unknown words of (up to 2,000 of) the
+    `examples`, tokenized again. Returns the `UnknownPieces`."""
+    import sys
+
+    from bertkit.model.vocabulary_checks import (
+        WARN_SHARE,
+        UnknownPieces,
+        example_texts,
+        unknown_warning,
+        unknown_words,
+    )
+
+    special = (tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id)
+    counted = UnknownPieces.count(features.columns["token_ids"], tokenizer.unk_id, special)
+    say(counted.line())
+    if counted.share > WARN_SHARE:
+        words = unknown_words(tokenizer, example_texts(examples or ()))
+        print(f"bertkit: warning: {unknown_warning(counted, words)}", file=sys.stderr)
+    return counted
 
 
 def _read_examples(recipe: Recipe, state: dict | None) -> tuple[list, list | None, dict]:

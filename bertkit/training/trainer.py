@@ -32,7 +32,7 @@ from bertkit.errors import UserError
 from bertkit.parallel.multi_process import process_zero_decides, quiet_unless_writer
 from bertkit.recipes.preflight import check_run
 from bertkit.recipes.recipe import Recipe, load_recipe
-from bertkit.run_dir import RunDirectory, read_json
+from bertkit.run_dir import RUNNING, RunDirectory, read_json
 from bertkit.training import run_steps
 from bertkit.training.phases import Phases
 from bertkit.training.run_steps import (  # noqa: F401 (public here too: the benchmarks import them)
@@ -271,6 +271,8 @@ class _Trainer:
             with phases("build_model"):
                 save_architecture(data.pretrained, run.model_dir)
                 run.write_task_description(data.description)
+                if data.unknown_pieces is not None:
+                    run.set_status(RUNNING, unknown_pieces=data.unknown_pieces.record())
         # fit's steps and evaluations are timed apart; `fit_overhead` is the rest
         # (Keras' set-up, checkpoints, TensorBoard logs, the metrics file)
         parts = ("precompile", "first_step", "train_steps", "evaluation")

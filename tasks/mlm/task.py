@@ -19,15 +19,14 @@ import numpy as np
 from bertkit.errors import UserError
 from bertkit.files import input_text
 from bertkit.model.token_rows import split_rows, tokenize_in_chunks
+from bertkit.progress import say
 from bertkit.task import DataFiles, Features, Task, head_initializer, string_inputs
 from bertkit_tasks.mlm.fill_mask import encode_queries, mask_positions
 from bertkit_tasks.mlm.masking import (
     default_max_predictions,
-    is_continuation_piece,
     mask_tokens,
     masked_lm_scores,
     top_predictions,
-    word_start_mask,
 )
 from bertkit_tasks.mlm.pretraining_corpus import (
     corpus_format,
@@ -36,6 +35,8 @@ from bertkit_tasks.mlm.pretraining_corpus import (
     read_corpus,
 )
 from bertkit_tasks.mlm.pretraining_heads import pretraining_head_weights
+from bertkit_tasks.mlm.word_segments import number_tokens, split_instance
+from bertkit_tasks.mlm.word_units import WordUnits, document_references, word_reference_path
 
 _field = dataclasses.field
 
@@ -57,8 +58,13 @@ class MaskedLMOptions:
             "help": "share of each row's tokens chosen to predict (most replaced by [MASK])",
         },
     )
-    whole_word_masking: bool = _field(
-        default=False, metadata={"help": "mask all pieces of a word together"}
+    whole_word_masking: bool | Literal["jieba", "reference"] = _field(
+        default=False,
+        metadata={
+            "help": "what a masked unit is: false, a piece; true, a word: a piece with its "
+            "## continuations; jieba, also a Chinese word segmented by jieba (pip install "
+            "'bertkit[zh]'); reference, also a Chinese word of data.train_word_reference"
+        },
     )
     max_predictions: int | None = _field(
         default=None,
@@ -96,12 +102,32 @@ class CorpusData(DataFiles):
             '{"text": ...} per line; auto: jsonl for .jsonl/.json files'
         },
     )
+    train_word_reference: str | None = _field(
+        default=None,
+        metadata={
+            "path": True,
+            "help": "for task.whole_word_masking: reference: per sentence of data.train, a "
+            "JSON list of the positions of tokens that continue a word, [CLS] at 0 "
+            "(transformers' run_mlm_wwm.py --train_ref_file)",
+        },
+    )
+    validation_word_reference: str | None = _field(
+        default=None,
+        metadata={
+            "path": True,
+            "help": "the same for data.validation; without it, its words are pieces with "
+            "their ## continuations",
+        },
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class Document:
     sentences: tuple[str, ...]
     source: str | None = None
+    # whole_word_masking: reference: per sentence, (its reference line, continuing positions)
+    word_reference: tuple[tuple[int, tuple[int, ...]], ...] | None = None
+    reference_source: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,8 +167,13 @@ class MaskedLMTask(Task):
 
     # ---- data
     def read(self, path):
+        reference = word_reference_path(self.options.whole_word_masking, self.data, path)
         documents = read_corpus(path, corpus_format(path, self.data.format))
-        return [Document(tuple(sentences), str(path)) for sentences in documents]
+        references = document_references(reference, documents, path)
+        return [
+            Document(tuple(sentences), str(path), lines, reference)
+            for sentences, lines in zip(documents, references, strict=True)
+        ]
 
     def split_validation(self, documents):
         """(training, validation) documents: a seeded `validation_fraction` of them, if >= 2."""
@@ -165,22 +196,28 @@ class MaskedLMTask(Task):
         if examples and isinstance(examples[0], FillMaskQuery):
             return self._featurize_queries(examples)
         rng = np.random.default_rng([self.options.seed, int(training)])
-        instances = self._instances(examples, rng)
+        instances, starts = self._instances(examples, rng)
         packed = [pack_instance(i, self.tokenizer.cls_id, self.tokenizer.sep_id) for i in instances]
         columns = {
             "token_ids": [ids for ids, _ in packed],
             "segment_ids": [segments for _, segments in packed],
             "next_sentence": np.array([i.is_random_next for i in instances], np.int32),
         }
+        if starts is not None:  # segmented words: (row,) int8, 1 where a word starts
+            columns["word_starts"] = [pack_instance(s, 1, 1)[0].astype(np.int8) for s in starts]
+        if training and self.options.whole_word_masking:
+            self._say_masked_units(columns)
         if not training:  # masked once, with a fixed seed: every evaluation sees the same
-            columns.update(self._evaluation_masks(columns["token_ids"], rng))
+            columns.update(self._evaluation_masks(columns, rng))
+            columns.pop("word_starts", None)
         # An instance may join two documents, so rows belong to no single example.
         return Features(columns, example_index=np.full(len(instances), -1))
 
     def _instances(self, documents, rng):
+        """The instances, and with segmented words their word starts as instances too."""
         sentences = [sentence for document in documents for sentence in document.sentences]
-        rows = tokenize_in_chunks(self.tokenizer.tokenize, sentences)  # (ids,) per sentence
-        pieces = iter(ids.tolist() for (ids,) in rows)
+        rows = [ids for (ids,) in tokenize_in_chunks(self.tokenizer.tokenize, sentences)]
+        pieces = iter(ids.tolist() for ids in rows)
         tokenized = [[next(pieces) for _ in document.sentences] for document in documents]
         source, options = documents[0].source if documents else None, self.options
         if options.next_sentence_prediction and len(documents) < 2:
@@ -189,8 +226,10 @@ class MaskedLMTask(Task):
                 "ends one); or set next_sentence_prediction: false",
                 source=source,
             )
+        segmented = self._units.segmented
+        # create_instances only counts and slices: on token numbers, it cuts any column alike
         instances = create_instances(
-            tokenized,
+            number_tokens(tokenized) if segmented else tokenized,
             self.sequence_length,
             options.short_seq_prob,
             options.next_sentence_prediction,
@@ -198,24 +237,23 @@ class MaskedLMTask(Task):
         )
         if not instances:
             raise UserError("the corpus holds no text", source=source)
-        return instances
+        if not segmented:
+            return instances, None
+        columns = [
+            np.concatenate(rows),
+            np.concatenate(self._units.sentence_word_starts(documents, rows)),
+        ]
+        return tuple(map(list, zip(*(split_instance(i, columns) for i in instances), strict=True)))
 
-    @cached_property
-    def _continuation_pieces(self) -> np.ndarray:
-        return is_continuation_piece(self.tokenizer.vocabulary)
-
-    def _mask(self, token_ids, padding_mask, rng) -> dict:
-        """`mask_tokens` on a padded batch; unused prediction slots get the target -1."""
+    def _mask(self, token_ids, padding_mask, rng, word_starts=None) -> dict:
+        """`mask_tokens` on a padded batch; unused prediction slots get the target -1.
+        `word_starts`: the featurized column of segmented words, else read off the pieces."""
         special = (
             (padding_mask == 0)
             | (token_ids == self.tokenizer.cls_id)
             | (token_ids == self.tokenizer.sep_id)
         )
-        starts = (
-            word_start_mask(token_ids, self._continuation_pieces)
-            if self.options.whole_word_masking
-            else None
-        )
+        starts = self._units.starts(token_ids, word_starts)
         masked = mask_tokens(
             token_ids,
             special,
@@ -231,12 +269,36 @@ class MaskedLMTask(Task):
         masked["mask_ids"] = np.where(used, masked["mask_ids"], -1).astype(np.int32)
         return masked
 
-    def _evaluation_masks(self, token_ids: list, rng) -> dict:
+    @cached_property
+    def _units(self) -> WordUnits:
+        return WordUnits(self.options.whole_word_masking, self.tokenizer.vocabulary)
+
+    def _padded(self, columns: dict, rows: int | None = None):
+        """`(token_ids, padding_mask, word_starts or None)` of the first `rows` rows, padded
+        to `sequence_length`."""
+        token_ids = columns["token_ids"][:rows]
         lengths = np.array([len(ids) for ids in token_ids])
         padding_mask = np.arange(self.sequence_length)[None, :] < lengths[:, None]
-        padded = np.zeros(padding_mask.shape, np.int32)
-        padded[padding_mask] = np.concatenate(token_ids)
-        masked = self._mask(padded, padding_mask, rng)
+        padded = [np.zeros(padding_mask.shape, np.int32), None]
+        padded[0][padding_mask] = np.concatenate(token_ids)
+        if "word_starts" in columns:
+            padded[1] = np.zeros(padding_mask.shape, bool)
+            padded[1][padding_mask] = np.concatenate(columns["word_starts"][:rows])
+        return padded[0], padding_mask, padded[1]
+
+    def _say_masked_units(self, columns, rows: int = 2000) -> None:
+        """The measure of whole-word masking in one line, on one seeded masking of the first
+        `rows` training rows (a line of the run's output, not a metric: masks change)."""
+        token_ids, padding_mask, word_starts = self._padded(columns, rows)
+        rng = np.random.default_rng([self.options.seed, 3])
+        masked = self._mask(token_ids, padding_mask, rng, word_starts)
+        summary = self._units.summary(token_ids, masked, word_starts)
+        say(f"{summary} (one masking of {len(token_ids)} training rows)")
+
+    def _evaluation_masks(self, columns: dict, rng) -> dict:
+        padded, padding_mask, word_starts = self._padded(columns)
+        lengths = padding_mask.sum(axis=1)
+        masked = self._mask(padded, padding_mask, rng, word_starts)
         return {
             "token_ids": [row[:n] for row, n in zip(masked["token_ids"], lengths, strict=True)],
             "mask_positions": masked["mask_positions"],
@@ -271,7 +333,11 @@ class MaskedLMTask(Task):
                 None,
                 None,
             )
-        masked = self._mask(batch["token_ids"], batch["padding_mask"], rng) if training else batch
+        masked = (
+            self._mask(batch["token_ids"], batch["padding_mask"], rng, batch.get("word_starts"))
+            if training
+            else batch
+        )
         inputs = {
             "token_ids": masked["token_ids"],
             "segment_ids": batch["segment_ids"],

@@ -77,9 +77,11 @@ class SpanQAPreprocessor:
         """Examples (`question`, `context`, answers) -> one row per window.
 
         Columns: `token_ids`, `segment_ids`, and the targets `start_positions` and
-        `end_positions` (the answer's tokens in the row, else 0: [CLS]). Without
-        `training`, `Features.extras` holds what decoding needs, per row:
-        `char_starts`, `char_ends`, `starts_ok` and `ends_ok` (`question_window_rows`).
+        `end_positions` (the answer's tokens in the row, else 0: [CLS]). In `training`,
+        an answerable question none of whose answers covers context tokens has no rows
+        (it is not trained on as unanswerable). Without `training`, `Features.extras`
+        holds what decoding needs, per row: `char_starts`, `char_ends`, `starts_ok` and
+        `ends_ok` (`question_window_rows`).
         """
         from bertkit.model.tokenizer import character_offsets, tokenize_in_chunks
         from bertkit_tasks.span_qa.span_decoding import answer_tokens
@@ -94,10 +96,13 @@ class SpanQAPreprocessor:
         rows, example_index = [], []
         for index, (example, (question,)) in enumerate(zip(examples, questions, strict=True)):
             context = contexts[example.context]
+            answer = answer_tokens(example, *context[1:])
+            if training and answer is None and example.answers:
+                continue  # no answer placed in the context: not a question without one
             example_rows = question_window_rows(
                 question[: self.max_query_length],
                 context,
-                answer_tokens(example, *context[1:]),
+                answer,
                 cls_id=self.tokenizer.cls_id,
                 sep_id=self.tokenizer.sep_id,
                 sequence_length=self.sequence_length,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from bertkit.report import markdown_table
-from bertkit_tasks.span_qa.squad_eval import exact_match, f1_score
+from bertkit_tasks.span_qa.squad_eval import question_scores
 
 QUESTION_WORDS = ("what", "which", "who", "whom", "whose", "when", "where", "why", "how")
 
@@ -24,14 +24,15 @@ def question_word(question: str) -> str:
     return "other"
 
 
-def scores_by_question_word(examples, answers: list[str], version: str) -> list[list]:
-    """[question word, questions, EM, F1] rows (percentages, as SQuAD), most frequent first."""
+def scores_by_question_word(
+    examples, answers: list[str], version: str, metric: str = "squad"
+) -> list[list]:
+    """[question word, questions, EM, F1] rows (percentages, with `metric`'s scores),
+    most frequent first."""
     groups: dict[str, list[tuple[float, float]]] = {}
     for example, answer in zip(examples, answers, strict=True):
-        golds = list(example.answers) or [""]
-        em = max(exact_match(answer, gold) for gold in golds)
-        f1 = max(f1_score(answer, gold, version) for gold in golds)
-        groups.setdefault(question_word(example.question), []).append((em, f1))
+        scores = question_scores(answer, example.answers, version, metric)
+        groups.setdefault(question_word(example.question), []).append(scores)
     rows = [
         [
             word,
@@ -51,7 +52,7 @@ def qa_report(examples, predictions, metrics: dict, version: str, threshold: flo
         "",
         markdown_table(
             ["question word", "questions", "exact match", "F1"],
-            scores_by_question_word(examples, answers, version),
+            scores_by_question_word(examples, answers, version, metrics.get("metric", "squad")),
         ),
     ]
     if version == "2.0":

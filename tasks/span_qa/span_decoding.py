@@ -289,7 +289,8 @@ def batch_span_candidates(questions, tokens, starts, ends, num_tokens):
 
 
 def answer_tokens(example, char_starts, char_ends) -> tuple[int, int] | None:
-    """(first, last) context tokens of the example's first answer; None without one.
+    """(first, last) context tokens of the example's first placed answer (`answer_starts`
+    not -1); None without one.
 
     Args:
         example: a `bertkit_tasks.span_qa.squad.QAExample` (its `answers` and `answer_starts`).
@@ -301,10 +302,11 @@ def answer_tokens(example, char_starts, char_ends) -> tuple[int, int] | None:
         >>> answer_tokens(example, np.array([0, 4]), np.array([3, 9]))
         (1, 1)
     """
-    if not example.answers:
+    placed = [(s, a) for s, a in zip(example.answer_starts, example.answers, strict=True) if s >= 0]
+    if not placed:
         return None
-    start = example.answer_starts[0]
-    end = start + len(example.answers[0])
+    start, text = placed[0]
+    end = start + len(text)
     inside = np.flatnonzero((char_ends > start) & (char_starts < end))
     return (int(inside[0]), int(inside[-1])) if len(inside) else None
 

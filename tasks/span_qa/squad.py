@@ -1,12 +1,13 @@
 """Reading extractive QA data: SQuAD v1.1 / v2.0 JSON and JSON lines.
 
-Both formats become one list of `QAExample`s. Gold answers are kept as
-character offsets into the original context, so that training labels and
-evaluation always cut answers from the context rather than detokenizing.
-
-An answer whose `answer_start` does not point at its text is skipped and
-counted in a `SkippedReport`; a question meant to be answerable that loses all
-of its answers this way is dropped, so it is never trained on as unanswerable.
+Both formats become one list of `QAExample`s. Every gold answer text is kept, as the
+official scripts score by answer text. For training each answer is also placed in the
+context by character offset, so that training labels are cut from the context rather
+than detokenized: at its `answer_start` when that points at its text, else at the
+occurrence of its text nearest to `answer_start`, else nowhere (start -1; the answer is
+scored in evaluation, never trained on). A `PlacementReport` counts the answers re-placed
+and unplaced, and the questions left with no placed answer: those are not trained on
+(never as unanswerable) but are evaluated.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 from bertkit.errors import UserError
 from bertkit.files import json_lines, kind_from_name, parse_json, read_text
 
-# How many question ids a SkippedReport names; the count covers all of them.
+# How many question ids a PlacementReport names; the count covers all of them.
 MAX_REPORTED_IDS = 5
 
 
@@ -25,7 +26,8 @@ MAX_REPORTED_IDS = 5
 class QAExample:
     """One question about one context, with its gold answers (none if impossible).
 
-    `answer_starts[i]` is the character offset of `answers[i]` in `context`.
+    `answer_starts[i]` is the character offset of `answers[i]` in `context`, -1 where its
+    text is not in the context (scored in evaluation, never trained on).
     """
 
     id: str
@@ -37,38 +39,43 @@ class QAExample:
 
 
 @dataclasses.dataclass(frozen=True)
-class SkippedReport:
-    """What `read_squad` left out because `answer_start` missed the answer text.
+class PlacementReport:
+    """Answers whose `answer_start` did not point at their text, as `read_squad` placed them.
 
     Attributes:
-        answers: number of answers skipped.
-        examples: number of answerable questions dropped because every one of
-            their answers was skipped.
-        first_ids: ids of the first few questions that had an answer skipped.
+        replaced: answers placed at the occurrence of their text nearest to `answer_start`.
+        unplaced: answers whose text is not in the context (or empty): evaluated only.
+        untrainable: answerable questions without a placed answer: evaluated, not trained on.
+        first_ids: ids of the first few questions with an answer re-placed or unplaced.
 
     Example:
-        >>> print(SkippedReport(answers=3, examples=1, first_ids=("q7", "q9")))
-        3 answers skipped (not at their answer_start), 1 questions dropped; first: 'q7', 'q9'
-        >>> bool(SkippedReport())
+        >>> print(PlacementReport(replaced=2, unplaced=3, untrainable=1, first_ids=("q7", "q9")))
+        5 answers not at their answer_start: 2 re-placed at the nearest occurrence of their \
+text, 3 not in the context (evaluated, not trained on); 1 questions not trained on; \
+first: 'q7', 'q9'
+        >>> bool(PlacementReport())
         False
     """
 
-    answers: int = 0
-    examples: int = 0
+    replaced: int = 0
+    unplaced: int = 0
+    untrainable: int = 0
     first_ids: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
-        return self.answers > 0
+        return self.replaced + self.unplaced > 0
 
     def __str__(self) -> str:
         ids = ", ".join(repr(id_) for id_ in self.first_ids)
         return (
-            f"{self.answers} answers skipped (not at their answer_start), "
-            f"{self.examples} questions dropped; first: {ids}"
+            f"{self.replaced + self.unplaced} answers not at their answer_start: "
+            f"{self.replaced} re-placed at the nearest occurrence of their text, "
+            f"{self.unplaced} not in the context (evaluated, not trained on); "
+            f"{self.untrainable} questions not trained on; first: {ids}"
         )
 
 
-def read_squad(path) -> tuple[list[QAExample], SkippedReport]:
+def read_squad(path) -> tuple[list[QAExample], PlacementReport]:
     """Reads SQuAD v1.1 / v2.0 JSON or JSON lines into `QAExample`s.
 
     The format is chosen by content: a JSON object with a `data` list is SQuAD
@@ -81,7 +88,8 @@ def read_squad(path) -> tuple[list[QAExample], SkippedReport]:
         path: the file to read (UTF-8).
 
     Returns:
-        The examples in file order, and a report of skipped answers.
+        Every question in file order, and a report of the answers not at their
+        `answer_start`.
 
     Raises:
         UserError: the file is missing or not valid JSON, a key is missing or has
@@ -93,8 +101,8 @@ def read_squad(path) -> tuple[list[QAExample], SkippedReport]:
         ...         "answers": {"text": ["Ada"], "answer_start": [0]}}
         >>> path = os.path.join(tempfile.mkdtemp(), "dev.jsonl")
         >>> _ = open(path, "w").write(json.dumps(line) + "\\n")
-        >>> examples, skipped = read_squad(path)
-        >>> examples[0].answers, examples[0].answer_starts, bool(skipped)
+        >>> examples, placement = read_squad(path)
+        >>> examples[0].answers, examples[0].answer_starts, bool(placement)
         (('Ada',), (0,), False)
     """
     text = read_text(path)
@@ -160,48 +168,65 @@ def _json_lines_records(text: str, path) -> list[tuple[dict, dict]]:
     return [(record, {"line": number}) for number, record in json_lines(lines, path, objects=True)]
 
 
-def _build_examples(records, path) -> tuple[list[QAExample], SkippedReport]:
+def _build_examples(records, path) -> tuple[list[QAExample], PlacementReport]:
     examples, seen = [], set()
-    skipped_answers, dropped, skipped_ids = 0, 0, []
+    replaced = unplaced = untrainable = 0
+    first_ids = []
     for record, where in records:
-        example, num_bad = _example(record, path, where)
+        example, moved, missing = _example(record, path, where)
         if example.id in seen:
             raise UserError(f"duplicate question id {example.id!r}", source=path, **where)
         seen.add(example.id)
-        if num_bad:
-            skipped_answers += num_bad
-            skipped_ids.append(example.id)
-        if num_bad and not example.answers:
-            dropped += 1  # was answerable; training on it as impossible would be wrong
-        else:
-            examples.append(example)
-    report = SkippedReport(skipped_answers, dropped, tuple(skipped_ids[:MAX_REPORTED_IDS]))
+        examples.append(example)
+        replaced, unplaced = replaced + moved, unplaced + missing
+        if moved or missing:
+            first_ids.append(example.id)
+        untrainable += bool(example.answers) and max(example.answer_starts) < 0
+    report = PlacementReport(replaced, unplaced, untrainable, tuple(first_ids[:MAX_REPORTED_IDS]))
     return examples, report
 
 
-def _example(record: dict, path, where: dict) -> tuple[QAExample, int]:
-    """One validated QAExample (misaligned answers removed) and how many were removed."""
+def _example(record: dict, path, where: dict) -> tuple[QAExample, int, int]:
+    """One validated QAExample, with how many answers were re-placed and left unplaced."""
     id_ = _question_id(record, path, where)
     if "key" in where:
         where = {**where, "key": f"question {id_!r}"}
     context = _get(record, "context", str, path, where)
     texts, starts = _answers(record, path, where)
     is_impossible = _is_impossible(record, bool(texts), path, where)
-    good = [(t, s) for t, s in zip(texts, starts, strict=True) if _points_at(context, t, s)]
+    placed = tuple(answer_place(context, t, s) for t, s in zip(texts, starts, strict=True))
     example = QAExample(
         id=id_,
         question=_get(record, "question", str, path, where),
         context=context,
-        answers=tuple(text for text, _ in good),
-        answer_starts=tuple(start for _, start in good),
+        answers=tuple(texts),
+        answer_starts=placed,
         is_impossible=is_impossible,
     )
-    return example, len(texts) - len(good)
+    moved = sum(0 <= place != start for place, start in zip(placed, starts, strict=True))
+    return example, moved, placed.count(-1)
 
 
-def _points_at(context: str, text: str, start: int) -> bool:
-    """Whether `start` is where `text` sits in `context` (an empty text never is)."""
-    return bool(text) and 0 <= start and context[start : start + len(text)] == text
+def answer_place(context: str, text: str, start: int) -> int:
+    """Where `text` sits in `context`: `start` if it points there, else the occurrence
+    nearest to it (the earlier one on a tie), else -1 (an empty text is never placed).
+
+    Example:
+        >>> context = "ab ab ab"
+        >>> answer_place(context, "ab", 3), answer_place(context, "ab", 4)
+        (3, 3)
+        >>> answer_place(context, "ab", 7), answer_place(context, "cd", 0)
+        (6, -1)
+    """
+    if not text:
+        return -1
+    if 0 <= start and context.startswith(text, start):
+        return start
+    places, found = [], context.find(text)
+    while found >= 0:
+        places.append(found)
+        found = context.find(text, found + 1)
+    return min(places, key=lambda place: (abs(place - start), place), default=-1)
 
 
 def _answers(record: dict, path, where: dict) -> tuple[list[str], list[int]]:

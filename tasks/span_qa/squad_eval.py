@@ -15,6 +15,10 @@ published ones:
 One deliberate difference: a question with no prediction scores 0 and counts in
 every total (the v1.1 rule). The v2.0 script leaves it out of the overall total
 and crashes on the HasAns/NoAns breakdown.
+
+`metric="cmrc2018"` scores each question with the CMRC 2018 script's EM and F1
+(`bertkit_tasks.span_qa.cmrc_eval`) instead, every gold answer kept; the totals, the
+no-answer threshold and the keys stay those above.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from bertkit_tasks.span_qa.cmrc_eval import cmrc_scores
 from bertkit_tasks.span_qa.squad import QAExample
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -87,6 +92,7 @@ def evaluate(
     *,
     na_prob_thresh: float = 1.0,
     version: str = "2.0",
+    metric: str = "squad",
 ) -> dict:
     """Official SQuAD scores of `predictions` (id → answer text) against `examples`.
 
@@ -101,6 +107,8 @@ def evaluate(
         version: "2.0" (the v2.0 script, which also scores v1.1 data) or
             "1.1" (the v1.1 script: no unanswerable questions, no `na_probs`,
             gold answers that normalize to "" are kept and never earn F1).
+        metric: "squad" (the official SQuAD scripts' EM and F1) or "cmrc2018" (the
+            CMRC 2018 script's, see `question_scores`).
 
     Returns:
         `exact`, `f1` (percentages), `total`; `HasAns_exact`, `HasAns_f1`,
@@ -114,9 +122,9 @@ def evaluate(
         >>> scores["exact"], scores["HasAns_exact"], scores["NoAns_exact"]
         (50.0, 100.0, 0.0)
     """
-    _check_arguments(examples, na_probs, version)
+    _check_arguments(examples, na_probs, version, metric)
     has_answer = {example.id: bool(example.answers) for example in examples}
-    raw_exact, raw_f1 = _raw_scores(examples, predictions, version)
+    raw_exact, raw_f1 = _raw_scores(examples, predictions, version, metric)
     if na_probs is not None and any(id_ not in na_probs for id_ in raw_exact):
         missing = next(id_ for id_ in raw_exact if id_ not in na_probs)
         raise ValueError(f"na_probs has no value for question {missing!r}")
@@ -152,7 +160,33 @@ def write_predictions(path, predictions: Mapping[str, object]) -> None:
     path.write_text(json.dumps(dict(predictions), ensure_ascii=False), encoding="utf-8")
 
 
-def _check_arguments(examples, na_probs, version: str) -> None:
+def question_scores(
+    prediction: str, golds, version: str = "2.0", metric: str = "squad"
+) -> tuple[float, float]:
+    """(exact, f1) of one question, the max over its gold answers, as `evaluate` scores it.
+
+    SQuAD v2.0 drops gold answers that normalize to "" and gives a question without
+    gold answers the single gold ""; CMRC 2018 keeps every gold answer.
+
+    Example:
+        >>> question_scores("北京大", ["北京大学"])  # one whitespace token each
+        (0, 0.0)
+        >>> exact, f1 = question_scores("北京大", ["北京大学"], metric="cmrc2018")
+        >>> exact, round(f1, 4)
+        (0, 0.8571)
+    """
+    if metric == "cmrc2018":
+        return cmrc_scores(prediction, golds)
+    golds = list(golds)
+    if version == "2.0":
+        golds = [gold for gold in golds if normalize_answer(gold)] or [""]
+    exact = max(exact_match(prediction, gold) for gold in golds)
+    return exact, max(f1_score(prediction, gold, version) for gold in golds)
+
+
+def _check_arguments(examples, na_probs, version: str, metric: str) -> None:
+    if metric not in ("squad", "cmrc2018"):
+        raise ValueError(f"metric must be 'squad' or 'cmrc2018', got {metric!r}")
     if not examples:
         raise ValueError("no examples to evaluate")
     if version not in ("1.1", "2.0"):
@@ -161,18 +195,13 @@ def _check_arguments(examples, na_probs, version: str) -> None:
         raise ValueError("SQuAD v1.1 has neither unanswerable questions nor na_probs")
 
 
-def _raw_scores(examples, predictions, version: str) -> tuple[dict, dict]:
+def _raw_scores(examples, predictions, version: str, metric: str) -> tuple[dict, dict]:
     """Per-question (exact, f1) before any threshold, for the predicted questions."""
     exact, f1 = {}, {}
     for example in examples:
-        if example.id not in predictions:
-            continue
-        golds = list(example.answers)
-        if version == "2.0":
-            golds = [gold for gold in golds if normalize_answer(gold)] or [""]
-        prediction = predictions[example.id]
-        exact[example.id] = max(exact_match(prediction, gold) for gold in golds)
-        f1[example.id] = max(f1_score(prediction, gold, version) for gold in golds)
+        if example.id in predictions:
+            scores = question_scores(predictions[example.id], example.answers, version, metric)
+            exact[example.id], f1[example.id] = scores
     return exact, f1
 
 

@@ -67,6 +67,14 @@ class SpanQAOptions:
     return_n_best: bool = _field(
         default=False, metadata={"help": "add the n best spans to every prediction"}
     )
+    metric: Literal["auto", "squad", "cmrc2018"] = _field(
+        default="auto",
+        metadata={
+            "help": "EM and F1 of the official SQuAD scripts or of CMRC 2018's (Chinese: one "
+            "token a character); auto: cmrc2018 when over 30% of the evaluation contexts' "
+            "non-space characters are CJK, else squad"
+        },
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,8 +126,9 @@ class SpanQATask(Task):
     end -1 and the null ([CLS]) score. v2.0 predictions add `null_score_diff`
     (null score - best span score) and `best_span`, the best non-empty answer
     whatever the threshold; `n_best` is a list of `{"answer", "start", "end",
-    "score"}`, best first. Metrics are the official SQuAD exact match and F1
-    (for v2.0 also HasAns/NoAns and the best no-answer threshold).
+    "score"}`, best first. Metrics are the official SQuAD exact match and F1, or CMRC
+    2018's (`task.metric`; for v2.0 also HasAns/NoAns and the best no-answer threshold),
+    with `metric` naming the one used.
 
     The SavedModel takes `question` and `context` string tensors and returns
     `answer`, `start`, `end`, `score` (and `null_score_diff` for v2.0) as above.
@@ -135,9 +144,9 @@ class SpanQATask(Task):
 
     # ---- data
     def read(self, path):
-        examples, skipped = read_squad(path)
-        if skipped:
-            print(f"{path}: {skipped}", file=sys.stderr)
+        examples, placement = read_squad(path)
+        if placement:
+            print(f"{path}: {placement}", file=sys.stderr)
         if self.options.version == "1.1":
             for example in examples:
                 if example.is_impossible:
@@ -259,30 +268,40 @@ class SpanQATask(Task):
             prediction["n_best"] = n_best[: wanted or None]
         return prediction
 
+    def scoring_metric(self, examples) -> str:
+        """`task.metric`, `auto` resolved on the contexts of `examples`; the choice is said
+        in one line on stderr the first time it is made."""
+        from bertkit_tasks.span_qa.cmrc_eval import choose_metric
+
+        metric, line = choose_metric(self.options.metric, [e.context for e in examples])
+        said = self.__dict__.setdefault("_metric_lines", set())
+        if line not in said:
+            said.add(line)
+            print(line, file=sys.stderr)
+        return metric
+
     def evaluate(self, examples, predictions):
         from bertkit_tasks.span_qa import squad_eval
 
-        answers = _by_id(examples, predictions, "answer")
-        if self.options.version == "1.1":
-            return squad_eval.evaluate(examples, answers, version="1.1")
-        metrics = squad_eval.evaluate(examples, answers, version="2.0")
-        # The best threshold, searched with every question answered by its best span.
-        best = squad_eval.evaluate(
-            examples,
-            _by_id(examples, predictions, "best_span"),
-            _by_id(examples, predictions, "null_score_diff"),
-        )
-        return {**metrics, **{key: value for key, value in best.items() if key.startswith("best_")}}
+        answers, metric = _by_id(examples, predictions, "answer"), self.scoring_metric(examples)
+        version = self.options.version
+        metrics = squad_eval.evaluate(examples, answers, version=version, metric=metric)
+        if version == "2.0":  # the best threshold, every question answered by its best span
+            best = squad_eval.evaluate(
+                examples,
+                _by_id(examples, predictions, "best_span"),
+                _by_id(examples, predictions, "null_score_diff"),
+                metric=metric,
+            )
+            metrics.update({key: value for key, value in best.items() if key.startswith("best_")})
+        return {**metrics, "metric": metric}
 
     def report(self, examples, predictions, directory):
         from bertkit_tasks.span_qa.report import qa_report
 
+        metrics = self.evaluate(examples, predictions)
         return qa_report(
-            examples,
-            predictions,
-            self.evaluate(examples, predictions),
-            self.options.version,
-            self.null_score_threshold,
+            examples, predictions, metrics, self.options.version, self.null_score_threshold
         )
 
     def parse_input(self, value):

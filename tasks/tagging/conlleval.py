@@ -128,28 +128,40 @@ def evaluate(gold: list[list[str]], predicted: list[list[str]]) -> dict:
         (1.0, 1)
     """
     _check_aligned(gold, predicted)
-    gold_chunks, predicted_chunks = _all_chunks(gold), _all_chunks(predicted)
-    correct_chunks = gold_chunks & predicted_chunks
     tokens = sum(len(sentence) for sentence in gold)
     right_tags = sum(
         g == p for gs, ps in zip(gold, predicted, strict=True) for g, p in zip(gs, ps, strict=True)
     )
+    result = chunk_scores(_all_chunks(gold), _all_chunks(predicted))
+    result.update(accuracy=right_tags / tokens if tokens else 0.0, tokens=tokens)
+    return result
+
+
+def chunk_scores(gold_chunks: set, predicted_chunks: set) -> dict:
+    """`precision`, `recall`, `f1`, `found_gold`, `found_predicted`, `correct` and
+    `per_type` (as `evaluate` gives them) of chunks `(sentence, type, start, end)`.
+
+    Example:
+        >>> scores = chunk_scores({(0, "PER", 0, 2), (1, "LOC", 3, 4)}, {(0, "PER", 0, 2)})
+        >>> scores["precision"], scores["recall"], scores["per_type"]["LOC"]["support"]
+        (1.0, 0.5, 1)
+    """
+    correct_chunks = gold_chunks & predicted_chunks
     result = _scores(len(correct_chunks), len(gold_chunks), len(predicted_chunks))
     result.update(
-        accuracy=right_tags / tokens if tokens else 0.0,
         found_gold=len(gold_chunks),
         found_predicted=len(predicted_chunks),
         correct=len(correct_chunks),
-        tokens=tokens,
         per_type=_per_type(gold_chunks, predicted_chunks, correct_chunks),
     )
     return result
 
 
-def format_report(result: dict) -> str:
+def format_report(result: dict, unit: str = "tokens") -> str:
     """Formats an `evaluate` result the way conlleval prints it, in percentages.
 
-    Like conlleval, the number after each type's FB1 counts its predicted chunks.
+    Like conlleval, the number after each type's FB1 counts its predicted chunks;
+    `unit` names what `tokens` counts (characters, for span data).
 
     Example:
         >>> print(format_report(evaluate([["B-PER", "O"]], [["B-PER", "B-LOC"]])))
@@ -159,7 +171,7 @@ def format_report(result: dict) -> str:
                       PER: precision: 100.00%; recall: 100.00%; FB1: 100.00  1
     """
     lines = [
-        f"processed {result['tokens']} tokens with {result['found_gold']} phrases; "
+        f"processed {result['tokens']} {unit} with {result['found_gold']} phrases; "
         f"found: {result['found_predicted']} phrases; correct: {result['correct']}."
     ]
     if result["tokens"]:  # conlleval prints no scores for empty input

@@ -21,10 +21,11 @@ the most context, counted in words (`bertkit.windows.max_context_windows`). So
 that every word fits whole in some window, a word keeps at most `W - stride + 1`
 pieces (64 at sequence length 128): only its first piece carries its label.
 
-Raw text. Its words are the tokenizer's words (`words_with_offsets`), BERT's
-basic tokenization (split at whitespace and around punctuation and CJK
-characters); their character offsets come from the tokenizer's byte offsets. A
-list of words keeps its words.
+Raw text. Its words are made by the task's rule (`text_words`, see
+`bertkit_tasks.tagging.text_words`): BERT's basic tokenization (split at
+whitespace and around punctuation and CJK characters), or one word a
+character; both paths call `text_word_pieces`. Their character offsets come from
+the byte offsets. A list of words keeps its words.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import numpy as np
 from bertkit.errors import UserError
 from bertkit.task import Features
 from bertkit.windows import max_context_windows, word_windows
+from bertkit_tasks.tagging.text_words import text_word_pieces
 from bertkit_tasks.tagging.word_pieces import sentence_word_pieces
 
 IGNORED = -100  # label of the pieces the loss skips
@@ -52,6 +54,7 @@ class TaggingPreprocessor:
         window_stride: pieces between the starts of windows; None: half of
             `sequence_length - 2`.
         label_all_subtokens: label every piece of a word, not only its first.
+        text_words: how a raw text becomes words: "bert" or "characters".
 
     Example (windows of 3 pieces every 2: "yorker" has 2 pieces, "." starts row 1):
         >>> from types import SimpleNamespace
@@ -76,6 +79,7 @@ class TaggingPreprocessor:
         sequence_length: int,
         window_stride: int | None = None,
         label_all_subtokens: bool = False,
+        text_words: str = "bert",
     ):
         self.tokenizer = tokenizer
         self.window_size = sequence_length - 2  # pieces between [CLS] and [SEP]
@@ -87,6 +91,7 @@ class TaggingPreprocessor:
             )
         self.max_word_pieces = self.window_size - self.stride + 1
         self.label_all_subtokens = label_all_subtokens
+        self.text_words = text_words
 
     # ---- Python: training, evaluation, predict
     def featurize(self, examples: list, labels: list | None = None) -> Features:
@@ -100,9 +105,17 @@ class TaggingPreprocessor:
         `Features.extras` holds `read_at` and `char_offsets` (per example, a
         (2, words) array of character starts and ends for a text, None for words).
         """
-        labels = [None] * len(examples) if labels is None else labels
+        return self.rows(self.word_pieces(examples), labels)
+
+    def word_pieces(self, examples: list) -> list[tuple]:
+        """Per example: (piece ids, pieces per word, (2, words) character offsets or None),
+        by `bertkit_tasks.tagging.word_pieces.sentence_word_pieces`."""
+        return sentence_word_pieces(self.tokenizer, examples, self.max_word_pieces, self.text_words)
+
+    def rows(self, word_pieces: list, labels: list | None = None) -> Features:
+        """`word_pieces` (as `word_pieces` gives them) and their words' labels -> `Features`."""
+        labels = [None] * len(word_pieces) if labels is None else labels
         token_ids, row_labels, example_index, read_at, char_offsets = [], [], [], [], []
-        word_pieces = sentence_word_pieces(self.tokenizer, examples, self.max_word_pieces)
         for index, ((pieces, lengths, chars), word_labels) in enumerate(
             zip(word_pieces, labels, strict=True)
         ):
@@ -160,8 +173,8 @@ class TaggingPreprocessor:
 
         from bertkit.windows import windowed_rows
 
-        pieces, byte_starts, byte_ends = self.tokenizer.words_with_offsets(
-            inputs["text"], max_pieces=self.max_word_pieces
+        pieces, byte_starts, byte_ends = text_word_pieces(
+            self.tokenizer, inputs["text"], self.text_words, self.max_word_pieces
         )
         rows, read_at = windowed_rows(
             pieces, self.window_size, self.stride, self.tokenizer.cls_id, self.tokenizer.sep_id

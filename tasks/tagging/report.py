@@ -37,24 +37,40 @@ def entity_errors(gold: list[tuple], predicted: list[tuple]) -> list[str]:
 def tagging_report(
     examples, predicted_tags: list[list[str]], directory, per_type: dict, shown: int = 10
 ) -> str:
-    """Writes wrong_entities.txt; returns the Markdown section."""
+    """Writes wrong_entities.txt; returns the Markdown section (tagged word lists)."""
+    gold = [extract_chunks(list(sentence.tags)) for sentence in examples]
+    predicted = [extract_chunks(tags) for tags in predicted_tags]
+    return entity_report(examples, gold, predicted, directory, per_type, shown)
+
+
+def entity_report(
+    examples, gold: list, predicted: list, directory, per_type: dict, shown: int = 10
+) -> str:
+    """Writes wrong_entities.txt; returns the Markdown section.
+
+    `gold` and `predicted` hold each sentence's chunks `(type, start, end)`: word
+    indices for word lists, character offsets for examples with a `text`.
+    """
     confusions: Counter = Counter()
     wrong = []
-    for sentence, tags in zip(examples, predicted_tags, strict=True):
-        gold, predicted = extract_chunks(list(sentence.tags)), extract_chunks(tags)
-        errors = entity_errors(gold, predicted)
+    for sentence, gold_chunks, predicted_chunks in zip(examples, gold, predicted, strict=True):
+        errors = entity_errors(gold_chunks, predicted_chunks)
         confusions.update(errors)
         if errors:
-            wrong.append((sentence, gold, predicted, errors))
+            wrong.append((sentence, gold_chunks, predicted_chunks, errors))
     with open(Path(directory) / "wrong_entities.txt", "w") as file:
-        for sentence, gold, predicted, errors in wrong:
+        for sentence, gold_chunks, predicted_chunks, errors in wrong:
             where = f"{sentence.source}:{sentence.line}  " if sentence.line else ""
             file.write(
-                f"{where}{' '.join(sentence.words)}\n"
-                f"  gold:      {_entities(sentence.words, gold)}\n"
-                f"  predicted: {_entities(sentence.words, predicted)}\n"
+                f"{where}{_sentence_text(sentence)}\n"
+                f"  gold:      {_entities(sentence, gold_chunks)}\n"
+                f"  predicted: {_entities(sentence, predicted_chunks)}\n"
                 f"  errors:    {'; '.join(errors)}\n\n"
             )
+    return _markdown(per_type, confusions, len(wrong), len(examples), shown)
+
+
+def _markdown(per_type: dict, confusions: Counter, wrong: int, sentences: int, shown) -> str:
     rows = [
         [name, s["precision"], s["recall"], s["f1"], s["support"]]
         for name, s in sorted(per_type.items())
@@ -71,11 +87,21 @@ def tagging_report(
         lines.append(markdown_table(["error", "count"], confusions.most_common(shown)))
     lines += [
         "",
-        f"{len(wrong)} of {len(examples)} sentences have a wrong entity; each is "
+        f"{wrong} of {sentences} sentences have a wrong entity; each is "
         "in `wrong_entities.txt` with its gold and predicted entities.",
     ]
     return "\n".join(lines)
 
 
-def _entities(words, chunks) -> str:
-    return " ".join(f"[{kind} {' '.join(words[start:end])}]" for kind, start, end in chunks) or "-"
+def _sentence_text(sentence) -> str:
+    text = getattr(sentence, "text", None)
+    return " ".join(sentence.words) if text is None else text
+
+
+def _entities(sentence, chunks) -> str:
+    return " ".join(f"[{kind} {_cut(sentence, start, end)}]" for kind, start, end in chunks) or "-"
+
+
+def _cut(sentence, start: int, end: int) -> str:
+    text = getattr(sentence, "text", None)
+    return " ".join(sentence.words[start:end]) if text is None else text[start:end]

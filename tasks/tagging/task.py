@@ -6,7 +6,14 @@ tokenized on its own and its tag goes on its first word piece (the others get
 the label -100, which the loss ignores, unless `label_all_subtokens`); a long
 sentence is read in windows of the words that fit whole in `sequence_length - 2`
 pieces, every `window_stride` pieces, each word in the window where it has the
-most context; a raw text's words are BERT's basic tokenization of it.
+most context; a raw text's words are made by `task.text_words`
+(`bertkit_tasks.tagging.text_words`): BERT's basic tokenization, or one word a
+character, the rule saved with the model.
+
+Span data (`data.format: spans`: raw texts with character spans,
+`bertkit_tasks.tagging.spans`) is featurized from its text as `predict` featurizes
+a text, its entities widened to whole words for training, and scored on gold
+character spans (`bertkit_tasks.tagging.span_eval`).
 
 Decoding, shared by evaluation, `predict` and the SavedModel
 (`bertkit_tasks.tagging.decoding`): with `decoding: constrained` (the default) a
@@ -25,19 +32,26 @@ from typing import Literal
 
 import numpy as np
 
-from bertkit.errors import UserError
-from bertkit.files import input_text, kind_from_name
+from bertkit.progress import say
 from bertkit.task import DataFiles, Task, head_initializer, string_inputs
+from bertkit_tasks.tagging import evaluation
 from bertkit_tasks.tagging.class_weights import balanced_class_weights
-from bertkit_tasks.tagging.conll import read_conll, read_tagged_jsonl
-from bertkit_tasks.tagging.conlleval import evaluate as conll_evaluate
-from bertkit_tasks.tagging.conlleval import format_report, split_tag
+from bertkit_tasks.tagging.conlleval import split_tag
 from bertkit_tasks.tagging.preprocessor import IGNORED, TaggingPreprocessor
-from bertkit_tasks.tagging.schemes import (
-    TagSchemeError,
-    allowed_transitions,
-    chunks_to_tags,
-    convert_tags,
+from bertkit_tasks.tagging.reading import (
+    UntaggedInput,  # noqa: F401 (predict's examples, public here as before)
+    parse_tagging_input,
+    read_tagging_file,
+)
+from bertkit_tasks.tagging.schemes import allowed_transitions
+from bertkit_tasks.tagging.spans import SpanSentence
+from bertkit_tasks.tagging.text_words import (
+    SpanAlignment,
+    choose_text_words,
+    scheme_tags,
+    text_words_line,
+    training_tags,
+    word_tags,
 )
 
 Scheme = Literal["iob1", "iob2", "bioes"]
@@ -87,15 +101,24 @@ class TaggingOptions:
         default=0.0,
         metadata={"min": 0.0, "max_exclusive": 1.0, "help": "target: (1 - s) one-hot + s / labels"},
     )
+    text_words: Literal["auto", "bert", "characters"] = dataclasses.field(
+        default="auto",
+        metadata={
+            "help": "how a raw text (predict, serve, span data) becomes words: bert: BERT's "
+            "basic tokenization ('DOTA2' one word); characters: every non-whitespace "
+            "character; auto: characters when every training word is one character, else bert"
+        },
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class TaggingData(DataFiles):
-    format: Literal["auto", "conll", "jsonl"] = dataclasses.field(
+    format: Literal["auto", "conll", "jsonl", "spans"] = dataclasses.field(
         default="auto",
         metadata={
-            "help": "conll (a word a line) or jsonl ({'tokens', 'tags'}); auto: .jsonl/.json "
-            "files are jsonl, others conll"
+            "help": "conll (a word a line), jsonl ({'tokens', 'tags'}) or spans ({'text', "
+            "'entities' or 'label'}: character spans, bertkit's, doccano's or CLUENER's form); "
+            "auto: .jsonl/.json files by their first record, others conll"
         },
     )
     tag_column: int = dataclasses.field(
@@ -106,14 +129,13 @@ class TaggingData(DataFiles):
         default="iob2",
         metadata={"help": "the tag scheme of the files; evaluation reads tags with its semantics"},
     )
-
-
-@dataclasses.dataclass(frozen=True)
-class UntaggedInput:
-    """A prediction input: a raw text, or a list of words."""
-
-    text: str | None = None
-    words: tuple[str, ...] | None = None
+    overlapping_entities: Literal["longest", "error"] = dataclasses.field(
+        default="longest",
+        metadata={
+            "help": "span data: error refuses overlapping (nested) entities, naming file and "
+            "line; longest says how many, trains on the longest of each nest and scores all"
+        },
+    )
 
 
 class TaggingTask(Task):
@@ -147,33 +169,35 @@ class TaggingTask(Task):
             self.sequence_length,
             self.options.window_stride,
             self.options.label_all_subtokens,
+            self.text_words,
         )
+
+    @property
+    def text_words(self) -> str:
+        """The rule that makes a raw text's words: the one trained with (runs from before
+        the option read texts with `bert`)."""
+        if "text_words" in self.state or self.options.text_words == "auto":
+            return self.state.get("text_words", "bert")
+        return self.options.text_words
 
     def preprocessor(self) -> TaggingPreprocessor:
         return self._preprocessor
 
     # ---- data
     def read(self, path):
-        jsonl = self.data.format == "jsonl" or (
-            self.data.format == "auto" and kind_from_name(path) in ("jsonl", "json")
-        )
-        sentences = read_tagged_jsonl(path) if jsonl else read_conll(path, self.data.tag_column)
-        for sentence in sentences:  # a tag outside the data's scheme fails here, not mid-run
-            try:
-                convert_tags(sentence.tags, self.data.scheme, self.options.scheme)
-            except TagSchemeError as error:  # a CoNLL file has a line per word
-                line = sentence.line + (0 if jsonl else error.word_index)
-                raise UserError(
-                    f"{error} (data.scheme: {self.data.scheme})", source=sentence.source, line=line
-                ) from None
-        return sentences
+        return read_tagging_file(path, self.data, self.options.scheme)
 
     def fit_state(self, train_examples):
+        rule, why = choose_text_words(self.options.text_words, train_examples)
+        say(text_words_line(rule, why))
         counts = Counter(tag for sentence in train_examples for tag in self._model_tags(sentence))
+        types = {e.type for s in train_examples if isinstance(s, SpanSentence) for e in s.entities}
+        counts.update({tag: 0 for tag in scheme_tags(types, self.options.scheme)})
         labels = sorted(counts, key=lambda tag: (tag != "O", split_tag(tag)[1], tag))
+        state = {"labels": labels, "text_words": rule}
         if self.options.class_weights == "balanced":  # kept with the model: a resumed run's
-            return {"labels": labels, "class_weights": balanced_class_weights(counts, labels)}
-        return {"labels": labels}
+            state["class_weights"] = balanced_class_weights(counts, labels)
+        return state
 
     @property
     def labels(self) -> list[str]:
@@ -187,18 +211,19 @@ class TaggingTask(Task):
         return allowed_transitions(self.labels, self.options.scheme)
 
     def _model_tags(self, sentence) -> list[str]:
-        return convert_tags(sentence.tags, self.data.scheme, self.options.scheme)
+        return training_tags(sentence, self.data.scheme, self.options.scheme)
 
     def featurize(self, examples, training):
+        word_pieces = self._preprocessor.word_pieces(examples)
         label_ids = {label: i for i, label in enumerate(self.state.get("labels", []))}
-        # a tag unseen in training (evaluation data) is IGNORED; untagged inputs have none
-        labels = [
-            [label_ids.get(tag, IGNORED) for tag in self._model_tags(example)]
-            if getattr(example, "tags", None)
-            else None
-            for example in examples
-        ]
-        return self._preprocessor.featurize(examples, labels)
+        alignment, labels = SpanAlignment(), []
+        for example, (_, _, chars) in zip(examples, word_pieces, strict=True):
+            tags = word_tags(example, chars, self.data.scheme, self.options.scheme, alignment)
+            # a tag unseen in training (evaluation data) is IGNORED; untagged inputs have none
+            labels.append(None if tags is None else [label_ids.get(t, IGNORED) for t in tags])
+        if training and alignment.line():
+            say(alignment.line(self.text_words))
+        return self._preprocessor.rows(word_pieces, labels)
 
     def make_batch(self, batch, training, rng):
         inputs = {key: batch[key] for key in ("token_ids", "segment_ids", "padding_mask")}
@@ -284,57 +309,21 @@ class TaggingTask(Task):
             return {"entities": entities}
         return {"tags": [self.labels[i] for i in tag_ids], "entities": entities}
 
-    def _predicted_tags(self, sentence, prediction) -> list[str]:
-        return chunks_to_tags(
-            [(e["type"], e["start"], e["end"]) for e in prediction["entities"]],
-            len(sentence.tags),
-            self.data.scheme,
-        )
-
     def evaluate(self, examples, predictions):
-        predicted = [
-            self._predicted_tags(sentence, p)
-            for sentence, p in zip(examples, predictions, strict=True)
-        ]
-        result = conll_evaluate([list(sentence.tags) for sentence in examples], predicted)
-        counts = {
-            key: result.pop(key) for key in ("tokens", "found_gold", "found_predicted", "correct")
-        }
-        return {**result, "counts": counts}
+        return evaluation.tagging_metrics(examples, predictions, self.data.scheme)
 
     def baseline(self, examples):
         """Tagging every word O finds no entity: entity F1 0."""
         return 0.0, "all-O"
 
     def format_metrics(self, metrics):
-        return format_report({**metrics, **metrics["counts"]})
+        return evaluation.format_tagging_metrics(metrics)
 
     def report(self, examples, predictions, directory):
-        from bertkit_tasks.tagging.report import tagging_report
-
-        predicted = [
-            self._predicted_tags(sentence, p)
-            for sentence, p in zip(examples, predictions, strict=True)
-        ]
-        return tagging_report(
-            examples, predicted, directory, self.evaluate(examples, predictions)["per_type"]
-        )
+        return evaluation.tagging_report_section(examples, predictions, directory, self.data.scheme)
 
     def parse_input(self, value):
-        if isinstance(value, dict):
-            value = value.get("text", value.get("words", value.get("tokens")))
-        if isinstance(value, str):
-            return UntaggedInput(text=input_text(value, "text"))
-        if isinstance(value, (list, tuple)) and all(isinstance(word, str) for word in value):
-            if not value:
-                raise UserError("'words' is empty")
-            return UntaggedInput(
-                words=tuple(input_text(word, f"word {i + 1}") for i, word in enumerate(value))
-            )
-        raise UserError(
-            f"expected a text, a list of words or an object with 'text' or "
-            f"'words', got {value!r:.80}"
-        )
+        return parse_tagging_input(value)
 
     # ---- export
     def serving_inputs(self):
@@ -382,6 +371,8 @@ class TaggingTask(Task):
                 f"constrained {self.options.scheme} decoding (bertkit's most probable well-formed "
                 "tag sequence; transformers takes each word's most probable tag)",
             )
+        if self.text_words == "characters":
+            lost.append("one word a character in raw texts (transformers' pipeline reads words)")
         return TransformersHead(
             architecture="BertForTokenClassification",
             layer="tagger",
@@ -394,6 +385,7 @@ class TaggingTask(Task):
                 "decoding": self.options.decoding,
                 "window_stride": self._preprocessor.stride,
                 "label_all_subtokens": self.options.label_all_subtokens,
+                "text_words": self.text_words,
             },
             not_represented=tuple(lost),
         )

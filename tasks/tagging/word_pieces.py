@@ -3,8 +3,8 @@
 A tagger needs to know which pieces belong to which word: the word's label goes
 on its first piece, and a prediction is read back from there. An example is
 either a list of words (each tokenized on its own) or a raw text (split into
-words by BERT's basic tokenization, whose byte offsets become character
-offsets here).
+words by the task's rule, `bertkit_tasks.tagging.text_words`, whose byte offsets
+become character offsets here).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def sentence_word_pieces(tokenizer, examples, max_pieces: int | None = None) -> list[tuple]:
+def sentence_word_pieces(
+    tokenizer, examples, max_pieces: int | None = None, text_words: str = "bert"
+) -> list[tuple]:
     """Per example: (piece ids (flat), pieces per word, character offsets or None).
 
     Args:
@@ -21,6 +23,8 @@ def sentence_word_pieces(tokenizer, examples, max_pieces: int | None = None) -> 
             `text` that is not None wins).
         max_pieces: keep at most this many pieces of a word (see
             `WordPieceTokenizer.tokenize_words`).
+        text_words: how a text becomes words, "bert" or "characters" (see
+            `bertkit_tasks.tagging.text_words`).
 
     The character offsets are a (2, words) array of starts and ends for a text,
     None for a list of words.
@@ -40,6 +44,7 @@ def sentence_word_pieces(tokenizer, examples, max_pieces: int | None = None) -> 
     import tensorflow as tf
 
     from bertkit.model.tokenizer import character_offsets, in_chunks, split_rows, split_word_rows
+    from bertkit_tasks.tagging.text_words import text_word_pieces
 
     results = [None] * len(examples)
     texts = [i for i, e in enumerate(examples) if getattr(e, "text", None) is not None]
@@ -53,8 +58,8 @@ def sentence_word_pieces(tokenizer, examples, max_pieces: int | None = None) -> 
         for i, (ids, lengths) in zip(chunk, split_word_rows(pieces), strict=True):
             results[i] = (ids, lengths, None)
     for chunk in in_chunks(texts):
-        pieces, byte_starts, byte_ends = tokenizer.words_with_offsets(
-            tf.constant([examples[i].text for i in chunk]), max_pieces=max_pieces
+        pieces, byte_starts, byte_ends = text_word_pieces(
+            tokenizer, tf.constant([examples[i].text for i in chunk]), text_words, max_pieces
         )
         for i, (ids, lengths), starts, ends in zip(
             chunk,

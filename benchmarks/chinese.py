@@ -455,6 +455,9 @@ def parse_arguments():
     parser.add_argument(
         "--epochs", type=int, default=None, help="override every row's epochs (a dry run)"
     )
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="override every row's batch size"
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None, help="JSON file the runs are appended to")
     parser.add_argument(
@@ -472,9 +475,9 @@ def main():
     if args.summary:
         runs = [run for path in args.summary for run in json.loads(path.read_text())["runs"]]
         return print(summary_table(runs))
-    if args.epochs:
-        for budget in BUDGETS.values():
-            budget["epochs"] = args.epochs
+    for budget in BUDGETS.values():
+        budget["epochs"] = args.epochs or budget["epochs"]
+        budget["batch_size"] = args.batch_size or budget["batch_size"]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bertkit-chinese-"))
     workdir.mkdir(parents=True, exist_ok=True)
     files = {

@@ -223,7 +223,9 @@ def run_bertkit(recipe: dict, workdir: Path) -> dict:
 
 
 def run_reference(python: str, command: str, arguments: dict, workdir: Path) -> dict:
-    """Runs `hf_reference.py COMMAND` in `python`; its result JSON and wall seconds."""
+    """Runs `hf_reference.py COMMAND` in `python`; its result JSON and wall seconds.
+
+    A list value gives its option several arguments (`qa --eval A B`)."""
     out = workdir / f"reference-{command}.json"
     argv = [
         python,
@@ -234,7 +236,10 @@ def run_reference(python: str, command: str, arguments: dict, workdir: Path) -> 
         *(
             item
             for key, value in arguments.items()
-            for item in (f"--{key.replace('_', '-')}", str(value))
+            for item in (
+                f"--{key.replace('_', '-')}",
+                *(map(str, value) if isinstance(value, list) else [str(value)]),
+            )
         ),
     ]
     print("+", " ".join(argv), flush=True)

@@ -481,7 +481,23 @@ def run_qa(args, tokenizer) -> dict:
     collator = transformers.DataCollatorWithPadding(tokenizer)
     rows = qa_train_features(tokenizer, read_squad(args.train), args.max_length, args.stride)
     result = train(model, rows, collator, args)
-    examples = read_squad(args.eval)
+    decoded, result["eval_rows"] = qa_predict(model, tokenizer, collator, args.eval[0], args)
+    if args.version == "2.0":
+        result["predictions"], result["null_score_diffs"] = decoded
+    else:
+        result["predictions"] = decoded
+    result["predictions_by_eval"] = {args.eval[0]: result["predictions"]}
+    for path in args.eval[1:]:  # further files: their predictions only
+        decoded, _ = qa_predict(model, tokenizer, collator, path, args)
+        if args.version == "2.0":
+            decoded = decoded[0]
+        result["predictions_by_eval"][path] = decoded
+    return result
+
+
+def qa_predict(model, tokenizer, collator, path, args):
+    """The decoded predictions on one SQuAD file (v2.0: with null score differences)."""
+    examples = read_squad(path)
     rows, decoding = qa_eval_features(tokenizer, examples, args.max_length, args.stride)
     logits = predict(model, rows, collator, 2 * args.batch_size, ["start_logits", "end_logits"])
     decoded = postprocess_qa(
@@ -493,12 +509,7 @@ def run_qa(args, tokenizer) -> dict:
         args.max_answer_length,
         with_null=args.version == "2.0",
     )
-    if args.version == "2.0":
-        result["predictions"], result["null_score_diffs"] = decoded
-    else:
-        result["predictions"] = decoded
-    result["eval_rows"] = len(rows)
-    return result
+    return decoded, len(rows)
 
 
 # ---- replay (benchmarks/training_parity.py)
@@ -687,7 +698,12 @@ def main():
     replay.add_argument("--batches", required=True, help="the .npz training_parity.py writes")
     replay.add_argument("--dev", required=True)
     qa = commands.add_parser("qa", help="SQuAD v1.1 / v2.0 span QA")
-    qa.add_argument("--eval", required=True)
+    qa.add_argument(
+        "--eval",
+        required=True,
+        nargs="+",
+        help="the first: `predictions`; each: `predictions_by_eval`",
+    )
     qa.add_argument("--version", choices=["1.1", "2.0"], default="1.1")
     qa.add_argument("--stride", type=int, default=128, help="overlap between windows (tokens)")
     qa.add_argument("--n-best", type=int, default=20)

@@ -29,14 +29,15 @@ What a task declares, each as a small piece:
                        relative (0 skips a target): training scales them so that
                        each update's loss is their weighted mean over its batch
 `build_model`          backbone -> Keras model with the head (keras.ops only)
-`packs`                whether training may pack rows (`training.packing`): the
-                       head reads per-token outputs or `pooled_output`, and its
+`packs`,               whether training may pack rows (`training.packing`): the
+`cannot_pack`          head reads per-token outputs or `pooled_output`, and its
                        loss never spans a row's positions (see `bertkit.batching.packing`)
 `loss_spans_batch`     optional: a row's loss reads its batch (in-batch negatives), below
 `initialize_head`      optional: load head weights shipped with the pretrained
                        checkpoint (MLM's pretraining heads)
 `loss`, `metrics`      Keras loss and progress-bar metrics; both get make_batch's
-                       sample weights
+                       sample weights; `learning_rates`, optional: head weights'
+                       own peak learning rates (tagging's CRF transitions)
 `reduce_outputs`       optional: shrink a batch's outputs before they are kept
                        (MLM keeps per-row loss and top-k, not vocabulary logits)
 `decode`               model outputs -> user-facing predictions per example
@@ -95,6 +96,7 @@ from typing import ClassVar
 import numpy as np
 
 from bertkit.features import Features  # noqa: F401 (public here: `bertkit.task.Features`)
+from bertkit.model.reinitialize import head_initializer  # noqa: F401 (public here too)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,26 +155,6 @@ def string_inputs(*names: str) -> dict:
     return {name: tf.TensorSpec([None], tf.string, name=name) for name in names}
 
 
-def head_initializer():
-    """The kernel initializer of a head's new layers: normal, standard deviation 0.02.
-
-    That is how transformers initializes the heads it adds to BERT (`normal_(0,
-    initializer_range)`). keras-hub's heads use a truncated normal of the same stddev,
-    whose values are 12% smaller (std 0.0175): on the first 4,000 CoNLL-2003 sentences
-    (MiniLM, seeds 1-3) the truncated head left the dev F1 after the first epoch at
-    62.0 / 58.8 / 58.4 against 65.3 / 61.3 / 63.9 with this one (transformers: 63.1 /
-    65.3 / 61.6), and at 2 epochs 3 test points behind transformers
-    (`benchmarks/learning_curve.py`, README "Small data").
-
-    Example:
-        >>> head_initializer().get_config()["stddev"]
-        0.02
-    """
-    import keras
-
-    return keras.initializers.RandomNormal(stddev=0.02)
-
-
 class Task:
     """Base class of task plugins; see the module docstring for the contract.
 
@@ -216,6 +198,11 @@ class Task:
         """Whether a row's loss reads other rows of its batch with these `options`."""
         return False
 
+    @classmethod
+    def cannot_pack(cls, options) -> str | None:
+        """Why training cannot pack rows with these `options` (`packs`), or None if it can."""
+        return None if cls.packs else "only tasks that declare `packs` can"
+
     # ---- data
     def read(self, path: str) -> list:
         raise NotImplementedError
@@ -244,6 +231,10 @@ class Task:
 
     def loss(self):
         raise NotImplementedError
+
+    def learning_rates(self, model) -> list:
+        """`(variables, peak learning rate)` pairs of `model`'s head trained at their own."""
+        return []
 
     def metrics(self) -> list:
         return []

@@ -75,10 +75,11 @@ class BatchPlan:
 
     # ---- the rules
     @staticmethod
-    def check_recipe(training, task_class, error, spans_batch: bool = False) -> None:
+    def check_recipe(training, task_class, error, spans_batch: bool = False, options=None) -> None:
         """The rules between a recipe's batch options; `error(message, key)` makes the
         `UserError` (with the recipe's line) for `training.<key>`. `spans_batch`: the
-        task's loss reads the whole batch (`Task.loss_spans_batch`)."""
+        task's loss reads the whole batch (`Task.loss_spans_batch`); `options`: the task's,
+        for `Task.cannot_pack`."""
         if spans_batch and training.micro_batches > 1:
             raise error(
                 f"the {task_class.name} task's loss reads the whole batch (in-batch "
@@ -98,11 +99,10 @@ class BatchPlan:
                 f"{training.micro_batches} micro-batches",
                 "micro_batches",
             )
-        if training.packing and not task_class.packs:
+        why = training.packing and task_class.cannot_pack(options)
+        if why:
             raise error(
-                f"the {task_class.name} task cannot pack rows (packing: true): "
-                "only tasks that declare `packs` can",
-                "packing",
+                f"the {task_class.name} task cannot pack rows (packing: true): {why}", "packing"
             )
 
     @staticmethod

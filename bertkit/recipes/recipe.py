@@ -208,6 +208,7 @@ def _build_sections(raw: dict, origin, task_class, options) -> tuple:
         task_class,
         lambda message, key: origin.error(message, ("training", key)),
         spans_batch=task_class.loss_spans_batch(options),
+        options=options,
     )
     _check_feature_based(backbone, training, origin)
     lora_path = ("training", "lora")

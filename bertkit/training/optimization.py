@@ -250,14 +250,17 @@ def head_variables(model, backbone) -> list:
     return [v for v in model.trainable_variables if id(v) not in in_backbone]
 
 
-def make_optimizer(training, steps_per_epoch: int, head=()) -> keras.optimizers.Optimizer:
+def make_optimizer(
+    training, steps_per_epoch: int, head=(), learning_rates=()
+) -> keras.optimizers.Optimizer:
     """AdamW for a `TrainingConfig`; `steps_per_epoch` counts the batches `fit` is fed.
 
     Keras accumulates `gradient_accumulation_steps * micro_batches` of them
     into one update; warmup and decay are laid out in updates, as in
     transformers, so splitting batches into micro-batches leaves the learning
     rate of every update as it was. The variables of `head` (`head_variables`)
-    peak at `training.head_learning_rate` when it is set.
+    peak at `training.head_learning_rate` when it is set, and those of each
+    `(variables, peak)` pair of `learning_rates` (`Task.learning_rates`) at `peak`.
     """
     accumulation = training.gradient_accumulation_steps * training.micro_batches
     total_updates = max(1, training.epochs * steps_per_epoch // accumulation)
@@ -277,4 +280,6 @@ def make_optimizer(training, steps_per_epoch: int, head=()) -> keras.optimizers.
     optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
     if training.head_learning_rate is not None:
         optimizer.scale_learning_rate(head, training.head_learning_rate / training.learning_rate)
+    for variables, peak in learning_rates:  # after the head's: these are head weights too
+        optimizer.scale_learning_rate(variables, peak / training.learning_rate)
     return optimizer

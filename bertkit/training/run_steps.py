@@ -91,15 +91,15 @@ def build(recipe: Recipe, data: TaskData, *, phases=None) -> BuiltRun:
         backbone = data.pretrained.backbone
         model = task_model(recipe, data)
         trained = plan.model_to_fit(model, backbone)
+        head = head_variables(model, backbone)
         trained.compile(
-            optimizer=make_optimizer(training, len(batches), head_variables(model, backbone)),
+            optimizer=make_optimizer(training, len(batches), head, task.learning_rates(model)),
             loss=task.loss(),
             weighted_metrics=task.metrics(),  # plain `metrics` get no weights
             jit_compile=jit_compile,
         )
-        # Without a tf.distribute strategy Keras builds the optimizer inside the first
-        # traced step; the slot variables it creates there make TensorFlow trace the
-        # whole training step a second time. Built here, the step is traced once.
+        # Built here, not in the first traced step (Keras' way without a tf.distribute
+        # strategy), the optimizer's slots do not make TensorFlow trace the step twice.
         trained.optimizer.build(trained.trainable_variables)
     validation = None
     if data.validation:

@@ -186,20 +186,27 @@ def sentence_batch(per_sentence: list, num_labels: int) -> tf.RaggedTensor:
     )
 
 
-def choose_tags(probabilities: tf.RaggedTensor, allowed=None) -> tf.RaggedTensor:
-    """Each word's label id, from its label probabilities.
+def choose_tags(probabilities: tf.RaggedTensor, allowed=None, transitions=None) -> tf.RaggedTensor:
+    """Each word's label id, from its label probabilities (and a CRF's transition scores).
 
-    Without `allowed`, a word's label is its most probable one (transformers'
-    rule). With `allowed`, the labels of a sentence are the sequence with the
-    highest product of probabilities among those whose every transition is
-    allowed (Viterbi): no `I-PER` after `O` in iob2, no `B-` left open in
-    bioes. A sentence that no allowed sequence fits keeps the most probable
-    labels.
+    Without `allowed` or `transitions`, a word's label is its most probable one
+    (transformers' rule). With `allowed`, the labels of a sentence are the sequence
+    with the highest product of probabilities among those whose every transition is
+    allowed (Viterbi): no `I-PER` after `O` in iob2, no `B-` left open in bioes.
+    With `transitions` (a CRF head's learned scores), a sequence's score adds them to
+    its words' log-probabilities; `allowed` still rules out the ill-formed ones. A
+    sentence that no allowed sequence fits keeps the most probable labels.
+
+    A CRF scores a sequence by its words' logits; the log-probabilities differ from
+    them by one constant per word (its log-sum-exp), the same for every sequence, so
+    the best sequence is the CRF's.
 
     Args:
         probabilities: `[batch, (words), L]` float probabilities.
         allowed: `[L + 1, L + 1]` bools from `bertkit_tasks.tagging.schemes.allowed_transitions`
             (index `L`: the sentence edge), or None.
+        transitions: `[L + 1, L + 1]` float scores in the same layout
+            (`bertkit_tasks.tagging.crf.TransitionScores`), or None.
 
     Returns:
         `[batch, (words)]` int32 label ids.
@@ -213,16 +220,21 @@ def choose_tags(probabilities: tf.RaggedTensor, allowed=None) -> tf.RaggedTensor
         >>> allowed = allowed_transitions(["O", "B-PER", "I-PER"], "iob2")
         >>> choose_tags(probabilities, allowed).to_list()  # 0.3 x 0.6 beats 0.6 x 0.3 (O O)
         [[1, 2]]
+        >>> learned = np.zeros((4, 4), "float32")
+        >>> learned[0, 0] = 2.0  # O after O: e^2 times likelier
+        >>> choose_tags(probabilities, allowed, learned).to_list()
+        [[0, 0]]
     """
     probabilities = tf.cast(probabilities, tf.float32)
     most_probable = tf.argmax(probabilities.values, -1, output_type=tf.int32)  # (words,)
     argmax_ids = probabilities.with_values(most_probable)  # (batch, (words))
-    if allowed is None:
+    if allowed is None and transitions is None:
         return argmax_ids
     log_probabilities = tf.math.log(tf.maximum(probabilities.values, _TINY))
     best = text.viterbi_constrained_sequence(
         probabilities.with_values(log_probabilities),
-        allowed_transitions=tf.convert_to_tensor(allowed, tf.bool),
+        transition_weights=None if transitions is None else tf.cast(transitions, tf.float32),
+        allowed_transitions=None if allowed is None else tf.convert_to_tensor(allowed, tf.bool),
         use_log_space=True,
         use_start_and_end_states=True,
     )  # -1 where no sequence is allowed
@@ -232,13 +244,13 @@ def choose_tags(probabilities: tf.RaggedTensor, allowed=None) -> tf.RaggedTensor
 
 
 def graph_entities(
-    texts, byte_starts, byte_ends, word_logits, labels: list[str], allowed=None
+    texts, byte_starts, byte_ends, word_logits, labels: list[str], allowed=None, transitions=None
 ) -> dict:
     """Entities of raw texts from their words' logits, in TensorFlow ops (for SavedModels).
 
     The same rule as Python prediction: a word's tag comes from `choose_tags`
-    (constrained by `allowed` if given), chunks from `decode_chunks`, an
-    entity's score is the mean probability of its words' chosen tags.
+    (constrained by `allowed`, with a CRF's `transitions`, if given), chunks from
+    `decode_chunks`, an entity's score is the mean probability of its words' chosen tags.
 
     Args:
         texts: (batch,) strings.
@@ -246,6 +258,7 @@ def graph_entities(
         word_logits: (words in batch, num_labels) logits, words in order.
         labels: the tag of each label id.
         allowed: None, or the `[L + 1, L + 1]` transitions `choose_tags` keeps to.
+        transitions: None, or a CRF head's `[L + 1, L + 1]` scores `choose_tags` adds.
 
     Returns:
         `entity_text`, `entity_type`, `entity_start`, `entity_end` (characters,
@@ -263,7 +276,7 @@ def graph_entities(
     from bertkit.model.tokenizer import batch_substrings
 
     probabilities = tf.nn.softmax(tf.cast(word_logits, tf.float32))  # (words, num_labels)
-    tag_ids = choose_tags(byte_starts.with_values(probabilities), allowed)  # (batch, (words))
+    tag_ids = choose_tags(byte_starts.with_values(probabilities), allowed, transitions)
     chunks = decode_chunks(tag_ids, *chunk_tables(labels))  # each (batch, (entities))
     # flat word index of each entity's first and last word
     base = tf.gather(tag_ids.row_starts(), chunks["start_word"].value_rowids())

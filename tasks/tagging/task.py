@@ -15,6 +15,10 @@ Span data (`data.format: spans`: raw texts with character spans,
 a text, its entities widened to whole words for training, and scored on gold
 character spans (`bertkit_tasks.tagging.span_eval`).
 
+With `head: crf` (`bertkit_tasks.tagging.crf`) a linear-chain CRF learns transition
+scores between neighbouring words' tags: the loss is the sentence's negative
+log-likelihood over its first pieces, and decoding adds the scores to Viterbi's.
+
 Decoding, shared by evaluation, `predict` and the SavedModel
 (`bertkit_tasks.tagging.decoding`): with `decoding: constrained` (the default) a
 sentence's tags are its most probable tag sequence that is well-formed in the
@@ -32,6 +36,7 @@ from typing import Literal
 
 import numpy as np
 
+from bertkit.errors import UserError
 from bertkit.progress import say
 from bertkit.task import DataFiles, Task, head_initializer, string_inputs
 from bertkit_tasks.tagging import evaluation
@@ -100,6 +105,21 @@ class TaggingOptions:
     label_smoothing: float = dataclasses.field(
         default=0.0,
         metadata={"min": 0.0, "max_exclusive": 1.0, "help": "target: (1 - s) one-hot + s / labels"},
+    )
+    head: Literal["softmax", "crf"] = dataclasses.field(
+        default="softmax",
+        metadata={
+            "help": "softmax: each piece's tag from its own logits; crf: a linear-chain CRF, "
+            "learned transition scores in the loss and in decoding (docs: CRF head)"
+        },
+    )
+    crf_learning_rate: float | None = dataclasses.field(
+        default=None,
+        metadata={
+            "min_exclusive": 0.0,
+            "help": "head: crf: peak learning rate of the transition scores, on the same "
+            "schedule; null: the head's (training.head_learning_rate or learning_rate)",
+        },
     )
     text_words: Literal["auto", "bert", "characters"] = dataclasses.field(
         default="auto",
@@ -171,6 +191,15 @@ class TaggingTask(Task):
             self.options.label_all_subtokens,
             self.text_words,
         )
+        if self.options.head == "crf" and self.options.label_all_subtokens:
+            raise UserError(
+                "crf links each word's tag to the next word's (first pieces); "
+                "label_all_subtokens would link a word's pieces: use one of them",
+                key="task.head",
+            )
+        if self.options.head != "crf" and self.options.crf_learning_rate is not None:
+            message = "only head: crf has transition scores; set head: crf or remove it"
+            raise UserError(message, key="task.crf_learning_rate")
 
     @property
     def text_words(self) -> str:
@@ -179,6 +208,12 @@ class TaggingTask(Task):
         if "text_words" in self.state or self.options.text_words == "auto":
             return self.state.get("text_words", "bert")
         return self.options.text_words
+
+    @classmethod
+    def cannot_pack(cls, options):
+        if options is not None and options.head == "crf":
+            return "with head: crf a packed row's sentences would be one CRF sequence"
+        return super().cannot_pack(options)
 
     def preprocessor(self) -> TaggingPreprocessor:
         return self._preprocessor
@@ -233,6 +268,8 @@ class TaggingTask(Task):
         targets = np.maximum(batch["labels"], 0)  # (batch, seq)
         if "class_weights" in self.state:  # `class_weights: balanced`, from the training tags
             labelled *= np.asarray(self.state["class_weights"], np.float32)[targets]
+        if self.options.head == "crf":  # the CRF's sequence: the labelled pieces (`CrfLoss`)
+            targets = batch["labels"]
         return inputs, targets, labelled
 
     # ---- model
@@ -244,12 +281,37 @@ class TaggingTask(Task):
         logits = keras.layers.Dense(  # (batch, seq, num_labels)
             len(self.labels), name="tagger", kernel_initializer=head_initializer()
         )(x)
+        if self.options.head == "crf":  # holds the transition scores, passes logits through
+            from bertkit_tasks.tagging.crf import TransitionScores
+
+            self._crf = TransitionScores(len(self.labels), name="crf")
+            logits = self._crf(logits)
         return keras.Model(backbone.input, logits, name="bert_tagger")
 
     def loss(self):
         from bertkit.losses import sparse_crossentropy
+        from bertkit_tasks.tagging.crf import CrfLoss
 
+        if self.options.head == "crf":
+            return CrfLoss(self._crf)  # the transitions of the model `build_model` made
         return sparse_crossentropy(self.options.label_smoothing)
+
+    def learning_rates(self, model):
+        if self.options.head == "crf" and self.options.crf_learning_rate is not None:
+            return [([model.get_layer("crf").transitions], self.options.crf_learning_rate)]
+        return []
+
+    def transitions(self, model=None):
+        """The CRF head's learned transition scores, `[L + 1, L + 1]` numpy (those of
+        `model`, else of the model `build_model` made last); None with head softmax."""
+        if self.options.head != "crf":
+            return None
+        import keras
+        import tensorflow as tf
+
+        layer = self._crf if model is None else model.get_layer("crf")
+        with tf.init_scope():  # eager, also while a SavedModel's graph is traced
+            return keras.ops.convert_to_numpy(layer.transitions)
 
     def metrics(self):
         from bertkit.token_accuracy import LabelledTokenAccuracy
@@ -258,15 +320,21 @@ class TaggingTask(Task):
 
     # ---- outputs
     def decode(self, examples, features, outputs):
+        import tensorflow as tf
+
         from bertkit_tasks.tagging import decoding as tag_decoding
 
         probabilities = tag_decoding.word_probabilities(
             outputs["logits"], features.extras["read_at"], len(self.labels)
         )
+        batch = tag_decoding.sentence_batch(probabilities, len(self.labels))
+        if self.options.head == "crf":  # an input of the traced call: training changes them
+            batch = (batch, tf.constant(self.transitions(), tf.float32))
         chosen, chunks = self.tokenizer.traced_calls(  # named by all its graph depends on
-            f"decode_tags({self.labels}, {self.options.decoding}, {self.options.scheme})",
+            f"decode_tags({self.labels}, {self.options.decoding}, {self.options.scheme}, "
+            f"{self.options.head})",
             self._decode_tags,
-            tag_decoding.sentence_batch(probabilities, len(self.labels)),
+            batch,
         )
         tag_ids = [np.array(row, dtype=np.int64) for row in chosen.to_list()]
         return [
@@ -281,11 +349,13 @@ class TaggingTask(Task):
             )
         ]
 
-    def _decode_tags(self, probabilities):
-        """`[batch, (words), labels]` probabilities -> each word's label id and the chunks."""
+    def _decode_tags(self, inputs):
+        """`[batch, (words), labels]` probabilities (and with head crf the transitions)
+        -> each word's label id and the chunks."""
         from bertkit_tasks.tagging import decoding as tag_decoding
 
-        chosen = tag_decoding.choose_tags(probabilities, self.allowed_transitions)
+        probabilities, transitions = inputs if isinstance(inputs, tuple) else (inputs, None)
+        chosen = tag_decoding.choose_tags(probabilities, self.allowed_transitions, transitions)
         return chosen, tag_decoding.decode_chunks(chosen, *tag_decoding.chunk_tables(self.labels))
 
     def _prediction(self, example, chars, tag_ids, probabilities, types, starts, ends) -> dict:
@@ -353,6 +423,7 @@ class TaggingTask(Task):
             word_logits,
             self.labels,
             self.allowed_transitions,
+            self.transitions(model),  # a constant of the graph
         )
 
     def transformers_head(self):
@@ -371,6 +442,12 @@ class TaggingTask(Task):
                 f"constrained {self.options.scheme} decoding (bertkit's most probable well-formed "
                 "tag sequence; transformers takes each word's most probable tag)",
             )
+        if self.options.head == "crf":
+            lost.insert(
+                0,
+                "the CRF head's learned transition scores (transformers has no CRF head; "
+                "its pipeline decodes the tagger's logits alone)",
+            )
         if self.text_words == "characters":
             lost.append("one word a character in raw texts (transformers' pipeline reads words)")
         return TransformersHead(
@@ -385,6 +462,7 @@ class TaggingTask(Task):
                 "decoding": self.options.decoding,
                 "window_stride": self._preprocessor.stride,
                 "label_all_subtokens": self.options.label_all_subtokens,
+                "head": self.options.head,
                 "text_words": self.text_words,
             },
             not_represented=tuple(lost),

@@ -63,6 +63,26 @@ def write_first_sentences(source: Path, target: Path, count: int | None) -> None
     target.write_text("\n".join(kept).rstrip("\n") + "\n\n", encoding="utf-8")
 
 
+# NER corpora under the data folder: its subfolder and the train, dev and test files' names.
+NER_CORPORA = {
+    "conll2003": ("conll2003", "train.txt", "dev.txt", "test.txt"),
+    "wnut16": ("wnut16", "train.conll", "dev.conll", "test.conll"),
+}
+
+
+def ner_files(data: Path, corpus: str, workdir: Path, train_size: int | None) -> dict:
+    """`{"train", "dev", "test"}` paths of an NER corpus (`NER_CORPORA`): the first
+    `train_size` training sentences (or all) copied into `workdir`, dev and test as they are."""
+    folder, train, dev, test = NER_CORPORA[corpus]
+    files = {
+        "train": workdir / train,
+        "dev": data / folder / dev,
+        "test": data / folder / test,
+    }
+    write_first_sentences(data / folder / train, files["train"], train_size)
+    return files
+
+
 def read_tsv(path, limit=None):
     with open(path, encoding="utf-8", newline="") as handle:
         rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))

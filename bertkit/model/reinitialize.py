@@ -9,7 +9,6 @@ scales to 1; the pooler (`pooled_dense`, read by heads on [CLS]) is re-initialis
 
 The values come from NumPy's generator seeded with the run's seed, so that a run is
 reproduced exactly on TensorFlow and JAX alike, whatever the backend's own random state.
-The task heads' new layers start from the same normal (`head_initializer`).
 """
 
 from __future__ import annotations
@@ -88,23 +87,3 @@ def fresh_values(name: str, shape: tuple, generator: np.random.Generator) -> np.
     if name in ("beta", "bias"):  # LayerNorm offset, biases
         return np.zeros(shape, np.float32)
     return generator.normal(0.0, STANDARD_DEVIATION, shape).astype(np.float32)
-
-
-def head_initializer():
-    """The kernel initializer of a head's new layers: normal, standard deviation 0.02.
-
-    That is how transformers initializes the heads it adds to BERT (`normal_(0,
-    initializer_range)`). keras-hub's heads use a truncated normal of the same stddev,
-    whose values are 12% smaller (std 0.0175): on the first 4,000 CoNLL-2003 sentences
-    (MiniLM, seeds 1-3) the truncated head left the dev F1 after the first epoch at
-    62.0 / 58.8 / 58.4 against 65.3 / 61.3 / 63.9 with this one (transformers: 63.1 /
-    65.3 / 61.6), and at 2 epochs 3 test points behind transformers
-    (`benchmarks/learning_curve.py`, README "Small data").
-
-    Example:
-        >>> head_initializer().get_config()["stddev"]
-        0.02
-    """
-    import keras
-
-    return keras.initializers.RandomNormal(stddev=STANDARD_DEVIATION)

@@ -13,6 +13,8 @@ the onnxruntime latency of the float and the int8 ONNX model.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -35,12 +37,13 @@ def quantize_folder(finetuned, directory: Path, budget: float) -> dict:
     task = finetuned.task
     float_path, int8_path = directory / FLOAT_FILE, directory / MODEL_FILE
     int8_path.rename(float_path)
-    quantize_dynamic(
-        str(float_path),
-        str(int8_path),
-        weight_type=getattr(QuantType, WEIGHT_TYPE),
-        per_channel=PER_CHANNEL,
-    )
+    with _quiet_root_logger():  # "Please consider to run pre-processing before quantization"
+        quantize_dynamic(
+            str(float_path),
+            str(int8_path),
+            weight_type=getattr(QuantType, WEIGHT_TYPE),
+            per_channel=PER_CHANNEL,
+        )
     before = finetuned.evaluate()[task.monitor]
     after = evaluate_onnx(finetuned, int8_path)[task.monitor]
     check_quality(task, before, after, budget)
@@ -59,6 +62,17 @@ def quantize_folder(finetuned, directory: Path, budget: float) -> dict:
     float_path.unlink()
     write_metadata(directory, {**metadata, "quantization": record})
     return record
+
+
+@contextlib.contextmanager
+def _quiet_root_logger():
+    logger = logging.getLogger()
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _measured(directory: Path, model_file: Path) -> dict:

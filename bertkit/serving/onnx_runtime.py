@@ -45,7 +45,9 @@ def build_task(description: dict, tokenizer, source):
     origin = schema.Origin(str(source))
     options = schema.build(task_class.Options, description["options"], origin, ("options",))
     data = schema.build(task_class.Data, description["data"], origin, ("data",))
-    return task_class(options, data, tokenizer, description["sequence_length"], description["state"])
+    return task_class(
+        options, data, tokenizer, description["sequence_length"], description["state"]
+    )
 
 
 class OnnxModel:
@@ -147,11 +149,16 @@ class OnnxModel:
         limit, rule = preprocessor.max_word_pieces, self.task.text_words
         texts = [i for i, e in enumerate(examples) if e.text is not None]
         word_pieces = [None] * len(examples)
-        for i, words in zip(texts, self.tokenizer.words([examples[i].text for i in texts], rule, limit), strict=True):
+        for i, words in zip(
+            texts, self.tokenizer.words([examples[i].text for i in texts], rule, limit), strict=True
+        ):
             word_pieces[i] = words
         for i, example in enumerate(examples):
             if example.text is None:
-                word_pieces[i] = (*self.tokenizer.word_list_pieces(list(example.words), limit), None)
+                word_pieces[i] = (
+                    *self.tokenizer.word_list_pieces(list(example.words), limit),
+                    None,
+                )
         features = preprocessor.rows(word_pieces)
         logits = self.logits(features.columns["token_ids"], features.columns["segment_ids"])
         return [

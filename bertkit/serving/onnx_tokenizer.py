@@ -77,7 +77,9 @@ class PieceTokenizer:
         self.mask_id = index.get("[MASK]", self.unk_id)
         steps = [
             normalizers.BertNormalizer(
-                clean_text=True, handle_chinese_chars=True, strip_accents=lowercase,
+                clean_text=True,
+                handle_chinese_chars=True,
+                strip_accents=lowercase,
                 lowercase=lowercase,
             )  # fmt: skip
         ]
@@ -85,9 +87,7 @@ class PieceTokenizer:
             equivalents = punctuation_equivalents(self.vocabulary, self.lowercase)
             steps += [normalizers.Replace(key, value) for key, value in equivalents.items()]
         tokenizer = Tokenizer(
-            models.WordPiece(
-                index, unk_token="[UNK]", max_input_chars_per_word=MAX_WORD_CHARACTERS
-            )
+            models.WordPiece(index, unk_token="[UNK]", max_input_chars_per_word=MAX_WORD_CHARACTERS)
         )
         tokenizer.normalizer = normalizers.Sequence(steps)
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -103,11 +103,11 @@ class PieceTokenizer:
             text = (directory / VOCABULARY_FILE).read_text(encoding="utf-8")
         except (OSError, ValueError) as error:
             reason = getattr(error, "strerror", None) or str(error)
-            raise UserError(f"cannot read the tokenizer files: {reason}", source=directory) from None
+            raise UserError(
+                f"cannot read the tokenizer files: {reason}", source=directory
+            ) from None
         vocabulary = [line.rstrip("\r") for line in text.rstrip("\n").split("\n")]
-        return cls(
-            vocabulary, settings["lowercase"], settings.get("normalize_punctuation", False)
-        )
+        return cls(vocabulary, settings["lowercase"], settings.get("normalize_punctuation", False))
 
     def pieces(self, texts: list[str]) -> list[Pieces]:
         """Each text's word pieces, with character offsets into the text."""

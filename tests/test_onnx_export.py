@@ -260,11 +260,27 @@ def test_unsupported_task_and_missing_extra_are_one_line(exported, tmp_path, cap
     assert not out.exists()
 
 
-def test_viterbi_keeps_to_the_scheme():
+@pytest.mark.parametrize("scheme", ["iob2", "bioes"])
+def test_viterbi_chooses_bertkits_tags(scheme):
+    """On random sentences, and on sentences full of ties, the NumPy Viterbi picks what
+    bertkit's (tf-text's) does."""
+    import tensorflow as tf
+
     from bertkit.serving.onnx_decoding import viterbi_tags
+    from bertkit_tasks.tagging.decoding import choose_tags
     from bertkit_tasks.tagging.schemes import allowed_transitions
 
-    allowed = allowed_transitions(["O", "B-PER", "I-PER"], "iob2")
-    probabilities = np.array([[0.2, 0.1, 0.7], [0.2, 0.1, 0.7], [0.9, 0.05, 0.05]])
-    assert viterbi_tags(probabilities, allowed).tolist() == [1, 2, 0]  # I-PER cannot start
-    assert viterbi_tags(probabilities, None).tolist() == [2, 2, 0]
+    prefixes = "BIES" if scheme == "bioes" else "BI"
+    labels = ["O", *(f"{p}-{t}" for t in ("PER", "LOC") for p in prefixes)]
+    allowed = allowed_transitions(labels, scheme)
+    rng = np.random.default_rng(0)
+    sentences = []
+    for count in rng.integers(0, 7, 200):
+        ties = rng.choice([0.1, 0.2, 0.3], size=(count, len(labels)))
+        p = ties if len(sentences) % 2 else rng.dirichlet(np.full(len(labels), 0.3), count)
+        sentences.append((p / p.sum(axis=1, keepdims=True)).reshape(count, len(labels)))
+    batch = tf.RaggedTensor.from_row_lengths(
+        np.concatenate(sentences).astype(np.float32), [len(p) for p in sentences]
+    )
+    expected = choose_tags(batch, allowed).to_list()
+    assert [viterbi_tags(p, allowed).tolist() for p in sentences] == expected

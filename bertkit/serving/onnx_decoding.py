@@ -16,6 +16,8 @@ same rules in NumPy, checked against `predict` by `tests/test_onnx_export.py`:
   max_answer_length`, scored `start_logit + end_logit` in float32, ties to the earlier
   window, start, end.
 
+Ties go where bertkit's decoders send them (tf-text's Viterbi: to the highest label id).
+
 Example:
     >>> allowed = np.array([[1, 1, 0, 1], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 0, 1]], bool)
     >>> probabilities = np.array([[0.6, 0.3, 0.1], [0.3, 0.1, 0.6]])  # O, B-PER, I-PER
@@ -55,15 +57,20 @@ def viterbi_tags(probabilities: np.ndarray, allowed: np.ndarray | None) -> np.nd
     back = []
     for word in range(1, len(log_p)):
         candidates = score[:, None] + moves  # (previous, label)
-        back.append(candidates.argmax(axis=0))
+        back.append(_last_argmax(candidates, axis=0))
         score = candidates.max(axis=0) + log_p[word]
     score = np.where(allowed[:edge, edge], score, -np.inf)
     if not np.isfinite(score.max()):
         return most_probable
-    path = [int(score.argmax())]
+    path = [int(_last_argmax(score, axis=0))]
     for pointers in reversed(back):
         path.append(int(pointers[path[-1]]))
     return np.array(path[::-1])
+
+
+def _last_argmax(values: np.ndarray, axis: int) -> np.ndarray:
+    """`argmax`, ties to the highest index: tf-text's Viterbi keeps the last best label."""
+    return values.shape[axis] - 1 - np.flip(values, axis=axis).argmax(axis=axis)
 
 
 def tagging_prediction(example, chars, probabilities: np.ndarray, labels: list, allowed) -> dict:

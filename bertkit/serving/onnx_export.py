@@ -38,8 +38,6 @@ from bertkit.serving.staging import finished_run, new_export_folder, staging_fol
 
 OPSET = 17
 PACKAGES = ("tf2onnx", "onnx", "onnxruntime", "tokenizers")
-WEIGHT_TYPE = "QInt8"  # quantize_dynamic's weight type; see docs/export/int8.md
-PER_CHANNEL = False
 
 
 def check_onnx_packages() -> None:

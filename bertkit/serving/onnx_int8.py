@@ -20,10 +20,11 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.serving.onnx_export import PER_CHANNEL, WEIGHT_TYPE, write_metadata
 from bertkit.serving.onnx_runtime import METADATA_FILE, MODEL_FILE, OnnxModel, latency_p50_ms
 from bertkit.serving.quantize import LATENCY_SENTENCE, check_quality, metric_drop
 
+WEIGHT_TYPE = "QInt8"  # quantize_dynamic's weight type; see docs/export/int8.md
+PER_CHANNEL = False
 FLOAT_FILE = "model.float.onnx"  # in the staging folder only, for the gate and the record
 
 
@@ -60,7 +61,8 @@ def quantize_folder(finetuned, directory: Path, budget: float) -> dict:
         "latency_requests": 200,
     }
     float_path.unlink()
-    write_metadata(directory, {**metadata, "quantization": record})
+    text = json.dumps({**metadata, "quantization": record}, indent=2)
+    (directory / METADATA_FILE).write_text(text, encoding="utf-8")
     return record
 
 

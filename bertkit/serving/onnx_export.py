@@ -15,9 +15,9 @@ convert ("Unsupported ops: Erfc"); a handler writes it as `1 - Erf(x)` (ONNX has
 registered with tf2onnx the first time an export runs. The written model is loaded back in
 onnxruntime and must give the Keras model's logits on probe rows.
 
-int8 (`--quantize int8`): onnxruntime's dynamic quantizer (`quantize_dynamic`: int8 weights
-per tensor, activations quantized per call to uint8), through the gate of the Keras int8
-export (`bertkit.serving.quantize`): the run's validation data is featurized by the task,
+int8 (`--quantize int8`): onnxruntime's dynamic quantizer (`bertkit.serving.onnx_int8`:
+8-bit weights per tensor, activations quantized per call to uint8), through the gate of the
+Keras int8 export (`bertkit.serving.quantize`): the run's validation data is featurized by the task,
 run through the float Keras model and through the int8 ONNX model and decoded and scored by
 the task; over the budget, one line and nothing written.
 """

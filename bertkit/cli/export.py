@@ -1,5 +1,6 @@
-"""`bertkit export RUN_DIR --out DIR`: a raw-text TensorFlow SavedModel of a run, or with
-`--format transformers` a Hugging Face transformers folder."""
+"""`bertkit export RUN_DIR --out DIR`: a raw-text TensorFlow SavedModel of a run, with
+`--format transformers` a Hugging Face transformers folder, with `--format onnx` an ONNX
+model with its tokenizer files (`bertkit.serving.onnx_export`)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ def add_to(commands) -> None:
     sub.add_argument("--out", metavar="DIR", required=True, help="the folder to export into")
     sub.add_argument(
         "--format",
-        choices=("savedmodel", "transformers"),
+        choices=("savedmodel", "transformers", "onnx"),
         default="savedmodel",
         help="savedmodel (default): raw text in, decoded answers out; transformers: a "
         "Hugging Face folder (config.json, model.safetensors, tokenizer) for classification, "
-        "tagging and span QA",
+        "tagging and span QA; onnx: model.onnx (token ids in, logits out) with the tokenizer "
+        "files and bertkit's TensorFlow-free decoder (the onnx extra), for the same tasks",
     )
     sub.add_argument(
         "--max-input-characters",
@@ -57,6 +59,14 @@ def run(args) -> None:
 
         print(export_transformers(args.run_dir, args.out).summary)
         return
+    if args.format == "onnx":
+        from bertkit.serving.onnx_export import describe, export_onnx
+
+        path = export_onnx(
+            args.run_dir, args.out, quantize=args.quantize, max_metric_drop=args.max_drop
+        )
+        print(describe(path))
+        return
     path = bertkit.load(args.run_dir).export(
         args.out,
         max_input_characters=args.max_input_characters,
@@ -75,8 +85,9 @@ def add_quantize_options(sub) -> None:
     sub.add_argument(
         "--quantize",
         choices=("int8",),
-        help="int8: quantize the model (Keras), score it on the run's validation data and "
-        "write it only if its metric drops at most --max-drop points (README: int8 export)",
+        help="int8: quantize the model (Keras; with --format onnx, onnxruntime's dynamic "
+        "quantizer), score it on the run's validation data and write it only if its metric "
+        "drops at most --max-drop points (README: int8 export)",
     )
     sub.add_argument(
         "--max-drop",
@@ -101,7 +112,8 @@ def points(text: str) -> float:
 def _check_quantize_options(args) -> None:
     if args.max_drop is not None and args.quantize is None:
         raise UserError("--max-drop applies to --quantize int8 only")
-    if args.quantize and args.format != "savedmodel":
+    if args.quantize and args.format == "transformers":
         raise UserError(
-            "--quantize writes a SavedModel; it does not apply to --format transformers"
+            "--quantize writes a SavedModel or an ONNX model; it does not apply to "
+            "--format transformers"
         )

@@ -93,6 +93,16 @@ class TrainingConfig:
             "on the same schedule; null: learning_rate",
         },
     )
+    layer_lr_decay: float | None = _field(
+        default=None,
+        metadata={
+            "min_exclusive": 0.0,
+            "max": 1.0,
+            "help": "layer-wise learning-rate decay: the top transformer layer trains at "
+            "learning_rate, each layer below at this times the one above, the embeddings at "
+            "its num_layers-th power (ELECTRA); null or 1.0: one rate",
+        },
+    )
     reinit_top_layers: int = _field(
         default=0,
         metadata={

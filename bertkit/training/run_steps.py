@@ -90,9 +90,9 @@ def build(recipe: Recipe, data: TaskData, *, phases=None) -> BuiltRun:
         batches = plan.training_batches(task, data.train_features)
         backbone = data.pretrained.backbone
         model = task_model(recipe, data)
-        trained = plan.model_to_fit(model, backbone)
+        trained, head = plan.model_to_fit(model, backbone), head_variables(model, backbone)
         trained.compile(
-            optimizer=make_optimizer(training, len(batches), head_variables(model, backbone)),
+            optimizer=make_optimizer(training, len(batches), head, backbone),
             loss=task.loss(),
             weighted_metrics=task.metrics(),  # plain `metrics` get no weights
             jit_compile=jit_compile,

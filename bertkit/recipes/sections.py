@@ -200,6 +200,14 @@ class TrainingConfig:
             "counted once it beats the task's learned-nothing baseline (e.g. entity F1 0)",
         },
     )
+    average_last_epochs: int = _field(
+        default=0,
+        metadata={
+            "min": 0,
+            "help": "keep the mean of the weights at the end of N epochs, the best epoch and "
+            "the N - 1 before it (SWA-style; README: Small data); 0: the best epoch's",
+        },
+    )
     distribution: Literal["auto", "one_device", "data_parallel", "mirrored"] = _field(
         default="auto",
         metadata={

@@ -78,6 +78,14 @@ class TrainingConfig:
     eval_batch_size: int | None = _field(
         default=None, metadata={"min": 1, "help": "defaults to 2 x batch_size"}
     )
+    preset: Literal["small_data"] | None = _field(
+        default=None,
+        metadata={
+            "help": "small_data: fill the keys this recipe leaves out with the small-data "
+            "options (10 epochs, early_stopping_patience 3, head_learning_rate 1e-3, "
+            "reinit_top_layers 1, task.class_weights balanced where the task has it)",
+        },
+    )
     learning_rate: float = _field(
         default=3e-5,
         metadata={

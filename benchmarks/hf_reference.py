@@ -31,6 +31,16 @@ optimizers are the same.
          when it is above 0; the official script's `--na-prob-file` tunes that threshold.
          The answers are then the best spans, "" only without any valid span.
 
+         With `--patience P` (ner and classify) training runs as transformers' `Trainer` with
+         `eval_strategy="epoch"`, `load_best_model_at_end=True` and
+         `EarlyStoppingCallback(early_stopping_patience=P)`: dev is scored after every epoch
+         (ner: entity F1 of the argmax tags, `entity_f1`, conlleval's chunks; classify:
+         accuracy), the best epoch's weights are kept (a strictly higher score replaces
+         them), training stops after P epochs without a higher one, and the best weights tag
+         dev and test. `--epochs` is then the most epochs; the JSON adds `best_epoch`,
+         `epochs_trained` and `dev_scores_by_epoch`. (No learned-nothing floor as bertkit's:
+         transformers' patience counts from the first epoch.)
+
     classify: `BertForSequenceClassification` on GLUE-style TSVs (`sentence`, `label`),
          dynamic padding; writes the dev predictions after every epoch
          (`dev_predictions_by_epoch`) and the dev labels. `--eval-each-epoch` gives ner the
@@ -298,7 +308,8 @@ def train(model, rows, collator, args, after_epoch=None) -> dict:
     """The fine-tuning loop; returns its seconds and counts (padding included in `tokens`).
 
     `after_epoch(epoch)`, if given, runs after each epoch outside the timed loop
-    (per-epoch evaluation) and leaves the model in training mode again.
+    (per-epoch evaluation) and leaves the model in training mode again; a true result
+    stops training there (early stopping).
     """
     generator = torch.Generator().manual_seed(args.seed)
     loader = torch.utils.data.DataLoader(
@@ -323,18 +334,21 @@ def train(model, rows, collator, args, after_epoch=None) -> dict:
                 )
         if after_epoch is not None:
             paused = time.perf_counter()
-            after_epoch(epoch)
+            stop = after_epoch(epoch)
             model.train()
             eval_seconds += time.perf_counter() - paused
             started += time.perf_counter() - paused  # evaluation is not training time
+            if stop:  # early stopping (`KeepBest`)
+                break
     seconds = time.perf_counter() - started
     return {
         "train_seconds": seconds,
         "eval_seconds": eval_seconds,
         "train_rows": len(rows),
-        "sequences_trained": len(rows) * args.epochs,
+        "sequences_trained": len(rows) * (epoch + 1),
         "steps": total_steps,
-        "tokens_trained": sum(len(r["input_ids"]) for r in rows) * args.epochs,
+        "epochs_trained": epoch + 1,
+        "tokens_trained": sum(len(r["input_ids"]) for r in rows) * (epoch + 1),
         "padded_tokens_trained": padded_tokens,
         "epoch_losses": epoch_losses,
     }
@@ -390,6 +404,57 @@ def predict(model, rows, collator, batch_size: int, keys) -> dict[str, list[np.n
     return outputs
 
 
+class KeepBest:
+    """transformers' `load_best_model_at_end` with `EarlyStoppingCallback`: the weights of
+    the epoch with the highest dev score so far (strictly higher replaces them, as the
+    callback's threshold 0) and the stop after `patience` epochs without one."""
+
+    def __init__(self, model, patience: int):
+        self.model, self.patience = model, patience
+        self.scores, self.best_epoch, self.state = [], None, None
+
+    def __call__(self, epoch: int, score: float) -> bool:
+        """Records epoch `epoch`'s (0-based) `score`; True when training should stop."""
+        self.scores.append(score)
+        if self.best_epoch is None or score > self.scores[self.best_epoch - 1]:
+            self.best_epoch = epoch + 1
+            self.state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return epoch + 1 - self.best_epoch >= self.patience
+
+    def restore(self) -> dict:
+        """Loads the best epoch's weights; what the result JSON records of the choice."""
+        self.model.load_state_dict(self.state)
+        return {"best_epoch": self.best_epoch, "dev_scores_by_epoch": self.scores}
+
+
+def entity_f1(gold: list[list[str]], predicted: list[list[str]]) -> float:
+    """Micro entity F1 over IOB2 / IOB1 tag sequences, conlleval's chunks (an I- after O or
+    after another type starts a chunk), for choosing the best epoch; the benchmarks score
+    the final tags with bertkit's conlleval."""
+    found_gold = found_predicted = correct = 0
+    for gold_tags, predicted_tags in zip(gold, predicted, strict=True):
+        gold_chunks, predicted_chunks = _chunks(gold_tags), _chunks(predicted_tags)
+        found_gold += len(gold_chunks)
+        found_predicted += len(predicted_chunks)
+        correct += len(gold_chunks & predicted_chunks)
+    if not correct:
+        return 0.0
+    precision, recall = correct / found_predicted, correct / found_gold
+    return 2 * precision * recall / (precision + recall)
+
+
+def _chunks(tags: list[str]) -> set[tuple[str, int, int]]:
+    chunks, start, kind = set(), None, None
+    for index, tag in enumerate([*tags, "O"]):
+        prefix, _, name = tag.partition("-")
+        if kind is not None and (prefix in ("O", "B") or name != kind):
+            chunks.add((kind, start, index))
+            kind = None
+        if prefix != "O" and kind is None:
+            start, kind = index, name
+    return chunks
+
+
 # ---- the two tasks
 def run_ner(args, tokenizer) -> dict:
     train_sentences = read_conll(args.train)
@@ -414,23 +479,28 @@ def run_ner(args, tokenizer) -> dict:
             for row_logits, ids, (words, _) in zip(logits, word_ids, sentences, strict=True)
         ]
 
-    dev_tagged_by_epoch = []
-    result = train(
-        model,
-        rows,
-        collator,
-        args,
-        after_epoch=(
-            (lambda epoch: dev_tagged_by_epoch.append(tag("dev"))) if args.eval_each_epoch else None
-        ),
-    )
+    dev_tagged_by_epoch, keep = [], KeepBest(model, args.patience) if args.patience else None
+    gold_dev = [tags for _, tags in splits["dev"][0]]
+
+    def after_epoch(epoch):
+        dev_tagged_by_epoch.append(tag("dev"))
+        if keep is not None:
+            return keep(epoch, entity_f1(gold_dev, [t for t, _, _ in dev_tagged_by_epoch[-1]]))
+        return False
+
+    every_epoch = args.eval_each_epoch or keep is not None
+    result = train(model, rows, collator, args, after_epoch=after_epoch if every_epoch else None)
+    final_dev = dev_tagged_by_epoch[-1] if dev_tagged_by_epoch else None  # the last weights'
+    if keep is not None:
+        result.update(keep.restore())
+        final_dev = dev_tagged_by_epoch[result["best_epoch"] - 1]  # the kept weights'
     if args.eval_each_epoch:
         result["dev_tags_by_epoch"] = [
             [tags for tags, _, _ in tagged] for tagged in dev_tagged_by_epoch
         ]
     for split in splits:
-        # the last epoch's dev evaluation already tagged dev with the final weights
-        tagged = dev_tagged_by_epoch[-1] if split == "dev" and dev_tagged_by_epoch else tag(split)
+        # an epoch's dev evaluation already tagged dev with the final weights
+        tagged = final_dev if split == "dev" and final_dev else tag(split)
         result[f"{split}_tags"] = [tags for tags, _, _ in tagged]
         result[f"{split}_word_probabilities"] = [words for _, words, _ in tagged]
         result[f"{split}_truncated_words"] = sum(cut for _, _, cut in tagged)
@@ -463,16 +533,21 @@ def run_classify(args, tokenizer) -> dict:
         logits = predict(model, dev, collator, 2 * args.batch_size, ["logits"])["logits"]
         return [int(np.argmax(row)) for row in logits]
 
-    by_epoch = []
+    by_epoch, keep = [], KeepBest(model, args.patience) if args.patience else None
+    labels = [label for _, label in dev_rows]
+
+    def after_epoch(epoch):
+        by_epoch.append(dev_predictions())
+        accuracy = np.mean(np.array(by_epoch[-1]) == np.array(labels))
+        return keep is not None and keep(epoch, float(accuracy))
+
     result = train(
-        model,
-        encode(train_rows, with_labels=True),
-        collator,
-        args,
-        after_epoch=lambda epoch: by_epoch.append(dev_predictions()),
+        model, encode(train_rows, with_labels=True), collator, args, after_epoch=after_epoch
     )
+    if keep is not None:
+        result.update(keep.restore())
     result["dev_predictions_by_epoch"] = by_epoch
-    result["dev_labels"] = [label for _, label in dev_rows]
+    result["dev_labels"] = labels
     return result
 
 
@@ -717,6 +792,14 @@ def main():
     throughput.add_argument("--threads", type=int, default=0, help="0: torch's default")
     for command in (ner, classify, qa):
         command.add_argument("--epochs", type=int, required=True)
+    for command in (ner, classify):
+        command.add_argument(
+            "--patience",
+            type=int,
+            default=None,
+            help="dev after every epoch, the best epoch's model kept, stop after P epochs "
+            "without a better one (Trainer's load_best_model_at_end + EarlyStoppingCallback)",
+        )
     for command in (ner, classify, qa, throughput, replay):
         command.add_argument("--model", required=True, help="a Hugging Face BERT folder")
         command.add_argument("--out", required=True)

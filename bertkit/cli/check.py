@@ -1,6 +1,9 @@
-"""`bertkit check RECIPE`: validate a recipe and print it fully resolved."""
+"""`bertkit check RECIPE`: validate a recipe and print it fully resolved (and, on stderr,
+the small-data hint of `bertkit.recipes.presets` for a small training set)."""
 
 from __future__ import annotations
+
+import sys
 
 from bertkit.cli.arguments import add_command, add_set
 
@@ -27,3 +30,14 @@ def run(args) -> None:
 
         check_search(recipe)  # and will its search: a validation split to score trials on
     print(recipe.to_yaml(), end="")
+    _hint_small_data(recipe)
+
+
+def _hint_small_data(recipe) -> None:
+    from bertkit.recipes.presets import small_data_hint
+    from bertkit.training.task_data import make_task
+
+    if recipe.training.preset != "small_data":  # else the count is not needed
+        examples = len(make_task(recipe).read(recipe.data.train))
+        if hint := small_data_hint(recipe, examples):
+            print(hint, file=sys.stderr)

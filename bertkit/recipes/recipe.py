@@ -28,6 +28,7 @@ from bertkit.errors import UserError
 from bertkit.model.lora import check_targets
 from bertkit.recipes import schema
 from bertkit.recipes.overrides import apply_overrides
+from bertkit.recipes.presets import expand_preset
 from bertkit.recipes.run_folder import resolve_run_folder
 from bertkit.recipes.search_space import SearchSpace, parse_search
 from bertkit.recipes.search_space import json_schema as search_json_schema
@@ -54,6 +55,8 @@ class Recipe:
     export: ExportConfig = ExportConfig()  # the `export:` section
     # where each value came from (the file's line, `--set`), for the errors of later checks
     origin: object = dataclasses.field(default=None, compare=False, repr=False)
+    # {dotted key: value} that `training.preset` filled in (`bertkit.recipes.presets`)
+    preset_values: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def error(self, message: str, path: tuple) -> UserError:
         """A `UserError` about the value at key `path`, located where that value came from."""
@@ -147,6 +150,10 @@ def _build_recipe(raw: dict, file_origin, overridden: dict, default_output) -> R
     task_name, task_options = _task_section(raw, origin)
     where = origin.error("", ("task",))
     task_class = load_task(task_name, source=where.source, line=where.line)
+    fields = [f.name for f in dataclasses.fields(task_class.Options)]
+    raw["training"], task_options, filled = expand_preset(
+        raw.get("training") or {}, task_options, fields, origin
+    )
     options = schema.build(task_class.Options, task_options, origin, ("task",))
     data, backbone, training = _build_sections(raw, origin, task_class, options)
     search = None
@@ -168,6 +175,7 @@ def _build_recipe(raw: dict, file_origin, overridden: dict, default_output) -> R
         search=search,
         export=_export_section(raw, origin, task_class),
         origin=origin,
+        preset_values=filled,
     )
 
 
@@ -224,6 +232,9 @@ def _check_feature_based(backbone: BackboneConfig, training: TrainingConfig, ori
         raise origin.error(message, ("backbone", "trainable"))
     if not backbone.trainable and training.reinit_top_layers:
         message = "false keeps the encoder as loaded: training.reinit_top_layers would stay random"
+        raise origin.error(message, ("backbone", "trainable"))
+    if not backbone.trainable and training.layer_lr_decay not in (None, 1.0):
+        message = "false trains no backbone layer: remove training.layer_lr_decay"
         raise origin.error(message, ("backbone", "trainable"))
     if backbone.features is not None and training.packing:
         message = "packed training reads the last layer only: set training.packing to false"

@@ -78,6 +78,14 @@ class TrainingConfig:
     eval_batch_size: int | None = _field(
         default=None, metadata={"min": 1, "help": "defaults to 2 x batch_size"}
     )
+    preset: Literal["small_data"] | None = _field(
+        default=None,
+        metadata={
+            "help": "small_data: fill the keys this recipe leaves out with the small-data "
+            "options (10 epochs, early_stopping_patience 3, head_learning_rate 1e-3, "
+            "reinit_top_layers 1, task.class_weights balanced where the task has it)",
+        },
+    )
     learning_rate: float = _field(
         default=3e-5,
         metadata={
@@ -91,6 +99,16 @@ class TrainingConfig:
             "min_exclusive": 0.0,
             "help": "peak learning rate of the task head (the layers outside the backbone), "
             "on the same schedule; null: learning_rate",
+        },
+    )
+    layer_lr_decay: float | None = _field(
+        default=None,
+        metadata={
+            "min_exclusive": 0.0,
+            "max": 1.0,
+            "help": "layer-wise learning-rate decay: the top transformer layer trains at "
+            "learning_rate, each layer below at this times the one above, the embeddings at "
+            "its num_layers-th power (ELECTRA); null or 1.0: one rate",
         },
     )
     reinit_top_layers: int = _field(
@@ -188,6 +206,14 @@ class TrainingConfig:
             "min": 1,
             "help": "stop after this many epochs without a better validation metric, "
             "counted once it beats the task's learned-nothing baseline (e.g. entity F1 0)",
+        },
+    )
+    average_last_epochs: int = _field(
+        default=0,
+        metadata={
+            "min": 0,
+            "help": "keep the mean of the weights at the end of N epochs, the best epoch and "
+            "the N - 1 before it (SWA-style; README: Small data); 0: the best epoch's",
         },
     )
     distribution: Literal["auto", "one_device", "data_parallel", "mirrored"] = _field(

@@ -128,6 +128,9 @@ class TrackRun(keras.callbacks.Callback):
     `baseline`, e.g. entity F1 0 for tagging every word O). The patience counts only
     once the best epoch beats it: on small data the validation metric can sit at the
     floor for the first epochs, and stopping there keeps a model that predicts nothing.
+
+    `average` (an `EpochWindow`, `training.average_last_epochs`): the best weights saved are
+    the mean of the epochs ending at the best one (`bertkit.training.averaging`).
     """
 
     def __init__(
@@ -141,8 +144,10 @@ class TrackRun(keras.callbacks.Callback):
         writes: bool = True,
         weights_of=None,
         floor: float | None = None,
+        average=None,
     ):
         super().__init__()
+        self.average = average
         self.weights_of, self.floor = weights_of, floor
         self.run, self.monitor, self.mode, self.patience = run, monitor, mode, patience
         self.on_best = on_best
@@ -173,18 +178,27 @@ class TrackRun(keras.callbacks.Callback):
             time.time() - self._epoch_start - record.get("eval_seconds", 0.0), 2
         )
         self.history.append(record)
+        model = self.weights_of or self.model
+        if self.average is not None:
+            self.average.add(record["epoch"], model)
         if self.best() is record:
             if self.writes:
-                save_weights_atomically(
-                    self.weights_of or self.model, self.run.weights_file, with_optimizer=False
-                )
-                self.run.set_status("running", best_epoch=record["epoch"])
+                self._save_best(model, record["epoch"])
             if self.on_best is not None:
                 self.on_best(record["epoch"])
         if self.writes:
             write_json(self.run.metrics_file, {"monitor": self.monitor, "epochs": self.history})
         if self.patience_ran_out(record):
             self.model.stop_training = True
+
+    def _save_best(self, model, epoch: int) -> None:
+        """The best weights (or the mean ending at them) to the run's weights file."""
+        if self.average is None:
+            save_weights_atomically(model, self.run.weights_file, with_optimizer=False)
+            self.run.set_status("running", best_epoch=epoch)
+            return
+        averaged = self.average.save_mean(model, self.run.weights_file)
+        self.run.set_status("running", best_epoch=epoch, averaged_epochs=averaged)
 
     def patience_ran_out(self, record: dict) -> bool:
         """Whether `patience` epochs up to `record` brought nothing better than the best,

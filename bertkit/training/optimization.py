@@ -8,7 +8,8 @@ accumulation (also of micro-batches) and float16 loss scaling are Keras's own
 `mixed_float16` policy). On TensorFlow outside a distribution strategy each update
 runs as TensorFlow's fused Adam kernel, a quarter of Keras's time for the same rule.
 With `training.head_learning_rate` the task head's variables take their own peak rate on
-the same schedule (`BertAdamW.scale_learning_rate`).
+the same schedule, and with `training.layer_lr_decay` each backbone layer its own
+(`layer_rate_factors`), both through `BertAdamW.scale_learning_rate`.
 """
 
 from __future__ import annotations
@@ -250,8 +251,36 @@ def head_variables(model, backbone) -> list:
     return [v for v in model.trainable_variables if id(v) not in in_backbone]
 
 
+def layer_rate_factors(backbone, decay: float) -> dict[str, float]:
+    """{variable path: its factor of the learning rate} under `training.layer_lr_decay`.
+
+    The rule of ELECTRA (Clark et al. 2020) and Sun et al. 2019, "How to fine-tune BERT for
+    text classification?": the top transformer layer (and the pooler above it) trains at
+    the learning rate, each layer below at `decay` times the one above, the embeddings at
+    `decay ** num_layers`. Keyed by keras-hub `BertBackbone` paths (`transformer_layer_{i}/...`,
+    `token_embedding/...`); a variable of no transformer layer and not the pooler's is an
+    embedding's. The task head is not the backbone's: it keeps its own rate.
+
+    Example:
+        >>> import keras_hub
+        >>> backbone = keras_hub.models.BertBackbone(vocabulary_size=10, num_layers=2,
+        ...     num_heads=2, hidden_dim=8, intermediate_dim=16, max_sequence_length=8)
+        >>> factors = layer_rate_factors(backbone, 0.5)
+        >>> [factors[path] for path in ("pooled_dense/kernel",
+        ...     "transformer_layer_1/self_attention_layer/query/kernel",
+        ...     "transformer_layer_0/feedforward_output_dense/bias", "token_embedding/embeddings")]
+        [1.0, 1.0, 0.5, 0.25]
+    """
+    layers = list(backbone.transformer_layers)
+    factors = {variable.path: decay ** len(layers) for variable in backbone.weights}
+    for depth, layer in enumerate(layers):
+        factors.update({v.path: decay ** (len(layers) - 1 - depth) for v in layer.weights})
+    factors.update({variable.path: 1.0 for variable in backbone.pooled_dense.weights})
+    return factors
+
+
 def make_optimizer(
-    training, steps_per_epoch: int, head=(), learning_rates=()
+    training, steps_per_epoch: int, head=(), learning_rates=(), backbone=None
 ) -> keras.optimizers.Optimizer:
     """AdamW for a `TrainingConfig`; `steps_per_epoch` counts the batches `fit` is fed.
 
@@ -260,7 +289,9 @@ def make_optimizer(
     transformers, so splitting batches into micro-batches leaves the learning
     rate of every update as it was. The variables of `head` (`head_variables`)
     peak at `training.head_learning_rate` when it is set, and those of each
-    `(variables, peak)` pair of `learning_rates` (`Task.learning_rates`) at `peak`.
+    `(variables, peak)` pair of `learning_rates` (`Task.learning_rates`) at `peak`;
+    those of `backbone` at their layer's rate under `training.layer_lr_decay`
+    (`layer_rate_factors`).
     """
     accumulation = training.gradient_accumulation_steps * training.micro_batches
     total_updates = max(1, training.epochs * steps_per_epoch // accumulation)
@@ -278,6 +309,10 @@ def make_optimizer(
         gradient_accumulation_steps=accumulation if accumulation > 1 else None,
     )
     optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
+    if training.layer_lr_decay not in (None, 1.0) and backbone is not None:
+        factors = layer_rate_factors(backbone, training.layer_lr_decay)
+        for variable in backbone.trainable_variables:
+            optimizer.scale_learning_rate([variable], factors.get(variable.path, 1.0))
     if training.head_learning_rate is not None:
         optimizer.scale_learning_rate(head, training.head_learning_rate / training.learning_rate)
     for variables, peak in learning_rates:  # after the head's: these are head weights too

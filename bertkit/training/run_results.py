@@ -22,15 +22,22 @@ def final_evaluation(built, recipe: Recipe, settings, best_epoch, from_features:
     (validation, and test where there is a test file) and the validation predictions.
     `built` and `settings`: `run_steps.BuiltRun` and `run_steps.FitSettings`."""
     from bertkit.serving.finetuned import FineTunedModel
+    from bertkit.training.averaging import averaged_line
     from bertkit.training.weights import load_model_weights
 
     run, model, validation = settings.run, built.model, built.validation
     description, predictions = built.data.description, None
     load_model_weights(model, run.weights_file)
-    final = {}
+    final, averaged = {}, read_json(run.run_file).get("averaged_epochs")
+    if averaged:  # the mean's outputs are not the best epoch's: predicted again
+        print(averaged_line(averaged, best_epoch))
     if validation:
         final["validation"], description, predictions = calibrate(
-            validation, model, description, best_epoch, run if settings.writes else None
+            validation,
+            model,
+            description,
+            None if averaged else best_epoch,
+            run if settings.writes else None,
         )
     finetuned = FineTunedModel(run, built.data.task, model, description)
     if recipe.data.test and not from_features:

@@ -82,18 +82,17 @@ def build(recipe: Recipe, data: TaskData, *, phases=None) -> BuiltRun:
     from bertkit.training.phases import Phases
     from bertkit.training.validation import ValidationSplit
 
-    training, phases = recipe.training, phases or Phases()
-    task = data.task
+    training, phases, task = recipe.training, phases or Phases(), data.task
     with phases("build_model"):
         jit_compile = jit_compile_setting(training.jit_compile)
         plan = batch_plan(recipe, tuple(data.description["bucket_lengths"]))
         batches = plan.training_batches(task, data.train_features)
         backbone = data.pretrained.backbone
         model = task_model(recipe, data)
-        trained = plan.model_to_fit(model, backbone)
-        head = head_variables(model, backbone)
+        trained, head = plan.model_to_fit(model, backbone), head_variables(model, backbone)
+        rates = task.learning_rates(model)
         trained.compile(
-            optimizer=make_optimizer(training, len(batches), head, task.learning_rates(model)),
+            optimizer=make_optimizer(training, len(batches), head, rates, backbone),
             loss=task.loss(),
             weighted_metrics=task.metrics(),  # plain `metrics` get no weights
             jit_compile=jit_compile,
@@ -194,9 +193,8 @@ class FitSettings:
 def fit(
     built: BuiltRun, recipe: Recipe, settings: FitSettings, phases
 ) -> tuple[list[dict], int | None]:
-    """Step 3: Keras `fit` of `built.trained` with the run's callbacks, from the run's
-    checkpoint (`bertkit.training.checkpointing`); the history and the best epoch.
-    Evaluation and the best weights use `built.model`."""
+    """Step 3: Keras `fit` of `built.trained` from the run's checkpoint (`bertkit.training.
+    checkpointing`); the history and the best epoch. Evaluation, best weights: `built.model`."""
     from bertkit.parallel.multi_process import wait_for_all
     from bertkit.training.checkpointing import fit_from
     from bertkit.training.precompile import compile_programs
@@ -260,9 +258,8 @@ def fit_callbacks(
 
 
 def _step_callbacks(built: BuiltRun, training, settings: FitSettings, checkpoint, phases):
-    """The callbacks that run every step: epoch setting, the non-finite loss stop, step
-    timing, and in the writing process the step records and progress lines (kept in the
-    checkpoint); with the `RecordSteps` (TensorBoard reads it)."""
+    """The per-step callbacks (epoch setting, the non-finite loss stop, step timing; writing:
+    the step records and progress lines, kept in the checkpoint) and the `RecordSteps`."""
     from bertkit.training.callbacks import SetEpoch, StopOnNonFiniteLoss
     from bertkit.training.step_callbacks import RecordSteps, TimeSteps, TrainingProgress
 
@@ -288,20 +285,23 @@ def _step_callbacks(built: BuiltRun, training, settings: FitSettings, checkpoint
 
 def _track_run(built: BuiltRun, training, settings: FitSettings, checkpoint):
     """The `TrackRun` of validation's metric (else the loss), from the epochs run so far."""
+    from bertkit.training.averaging import epoch_window
     from bertkit.training.callbacks import TrackRun
 
     task, validation, run = built.data.task, built.validation, settings.run
+    finished, patience = checkpoint.position[0], training.early_stopping_patience  # resumed
     monitor, mode = (f"val_{task.monitor}", task.mode) if validation else ("loss", "min")
     return TrackRun(
         run,
         monitor,
         mode,
-        training.early_stopping_patience,
-        _finished_epochs(run, checkpoint.position[0]),
+        patience,
+        _finished_epochs(run, finished),
         on_best=validation and validation.keep_latest,
         writes=settings.writes,
         weights_of=built.model,
-        floor=validation.floor() if validation and training.early_stopping_patience else None,
+        floor=validation.floor() if validation and patience else None,
+        average=epoch_window(run, training, finished, settings.writes),
     )
 
 

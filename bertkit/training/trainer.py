@@ -266,6 +266,8 @@ class _Trainer:
         data = run_steps.prepare(
             recipe, features=self.features_file, state=self._saved_state(), phases=phases
         )
+        if settings.writes:
+            _note_small_data(recipe, data, run)
         built = run_steps.build(recipe, data, phases=phases)
         if settings.writes:
             with phases("build_model"):
@@ -297,3 +299,17 @@ class _Trainer:
         if self.settings.resuming and run.task_file.exists():
             return read_json(run.task_file)["state"]
         return None
+
+
+def _note_small_data(recipe: Recipe, data: TaskData, run: RunDirectory) -> None:
+    """The small-data hint on stderr (`bertkit.recipes.presets`), and in `run.json` the values
+    `training.preset` filled in."""
+    import numpy as np
+
+    from bertkit.recipes.presets import small_data_hint
+
+    if recipe.preset_values:
+        preset = {"name": recipe.training.preset, "values": recipe.preset_values}
+        run.set_status(RUNNING, preset=preset)
+    if hint := small_data_hint(recipe, len(np.unique(data.train_features.example_index))):
+        print(hint, file=sys.stderr)

@@ -101,10 +101,11 @@ def test_check_names_the_preset_to_a_small_training_set(
 ):
     result = run_bertkit("check", recipe_file(tmp_path, checkpoint, sentences, **training))
     assert result.returncode == 0, result.stderr
-    notes = [line for line in result.stderr.splitlines() if "small_data" in line]
+    assert "small_data" not in result.stderr  # stderr carries only errors and warnings
+    notes = [line for line in result.stdout.splitlines() if line.startswith("# small data")]
     assert notes == (
         [
-            f"bertkit: note: {sentences} training examples: on WNUT-16's 2,394 tweets "
+            f"# small data: {sentences} training examples: on WNUT-16's 2,394 tweets "
             "'training.preset: small_data' scored +27.2 test entity F1 over the field's "
             "settings (15.5 -> 42.7; docs/training/small-data.md)"
         ]
@@ -122,7 +123,7 @@ def test_finetune_records_the_expanded_values_and_hints_without_the_preset(
     recipe["data"]["validation"] = recipe["data"]["train"] = str(tmp_path / "train.txt")
     recipe["training"] = {"preset": "small_data", "epochs": 1}
     bertkit.finetune(recipe, output_dir=tmp_path / "preset", verbose=0)
-    assert "bertkit: note" not in capsys.readouterr().err
+    assert "small data:" not in capsys.readouterr().out
     run = json.loads((tmp_path / "preset" / "run.json").read_text())
     filled = {**SMALL_DATA, "task.class_weights": "balanced"}
     del filled["training.epochs"]  # the recipe's own
@@ -131,4 +132,5 @@ def test_finetune_records_the_expanded_values_and_hints_without_the_preset(
     rows = SimpleNamespace(train_features=SimpleNamespace(example_index=np.repeat(range(8), 2)))
     del recipe["training"]["preset"]
     _note_small_data(load_recipe(recipe), rows, RunDirectory(tmp_path / "plain"))
-    assert capsys.readouterr().err.startswith("bertkit: note: 8 training examples: on WNUT-16")
+    hint = "small data: 8 training examples: on WNUT-16"
+    assert capsys.readouterr().out.startswith(hint)

@@ -3,8 +3,6 @@ the small-data hint of `bertkit.recipes.presets` for a small training set)."""
 
 from __future__ import annotations
 
-import sys
-
 from bertkit.cli.arguments import add_command, add_set
 
 
@@ -40,4 +38,4 @@ def _hint_small_data(recipe) -> None:
     if recipe.training.preset != "small_data":  # else the count is not needed
         examples = len(make_task(recipe).read(recipe.data.train))
         if hint := small_data_hint(recipe, examples):
-            print(hint, file=sys.stderr)
+            print(f"# {hint}")  # a YAML comment: the output stays the recipe

@@ -68,20 +68,21 @@ def expand_preset(training: dict, task_options: dict, task_fields, origin) -> tu
 
 def small_data_hint(recipe, examples: int) -> str | None:
     """The line that names `small_data` to a run of few training `examples` that does not
-    use it, or None.
+    use it, or None: a status line of `finetune` (stdout, as its other lines: stderr stays
+    for errors) and a comment under `bertkit check`'s recipe.
 
     Example:
         >>> from types import SimpleNamespace
         >>> recipe = SimpleNamespace(training=SimpleNamespace(preset=None))
         >>> print(small_data_hint(recipe, 2394))  # doctest: +ELLIPSIS
-        bertkit: note: 2,394 training examples: ... small_data' scored +27.2 test entity F1 ...
+        small data: 2,394 training examples: ... small_data' scored +27.2 test entity F1 ...
         >>> small_data_hint(recipe, 5000) is None
         True
     """
     if examples >= SMALL_DATA_EXAMPLES or recipe.training.preset == "small_data":
         return None
     return (
-        f"bertkit: note: {examples:,} training examples: on WNUT-16's 2,394 tweets "
+        f"small data: {examples:,} training examples: on WNUT-16's 2,394 tweets "
         "'training.preset: small_data' scored +27.2 test entity F1 over the field's settings "
         "(15.5 -> 42.7; docs/training/small-data.md)"
     )

@@ -302,14 +302,15 @@ class _Trainer:
 
 
 def _note_small_data(recipe: Recipe, data: TaskData, run: RunDirectory) -> None:
-    """The small-data hint on stderr (`bertkit.recipes.presets`), and in `run.json` the values
+    """The small-data hint, a status line (`bertkit.recipes.presets`), and in `run.json` the values
     `training.preset` filled in."""
     import numpy as np
 
+    from bertkit.progress import say
     from bertkit.recipes.presets import small_data_hint
 
     if recipe.preset_values:
         preset = {"name": recipe.training.preset, "values": recipe.preset_values}
         run.set_status(RUNNING, preset=preset)
     if hint := small_data_hint(recipe, len(np.unique(data.train_features.example_index))):
-        print(hint, file=sys.stderr)
+        say(hint)

@@ -95,6 +95,7 @@ ABLATIONS = {
 # decoding. `crf_lr`: 1e-2, 200x, inside bert4keras' usual `lr_multiplier` of 100-1000x, lets
 # them move by a few units, the size of the tagger's logit margins.
 HEADS = {
+    "softmax": {"task.head": "softmax"},  # the `bertkit` row by name, for a run of heads only
     "crf": {"task.head": "crf"},
     "crf_lr": {"task.head": "crf", "task.crf_learning_rate": 1e-2},
 }

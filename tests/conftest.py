@@ -32,6 +32,7 @@ SLOW_FILES = (
     "test_data_parallel.py",
     "test_seeds_side_by_side.py",
     "test_gpu_check.py",
+    "test_features_jax.py",
 )
 SLOW_TESTS = (
     "test_lora.py::test_every_task_exports_the_merged_model[span_qa]",
@@ -44,7 +45,11 @@ SLOW_TESTS = (
     "test_compilation.py::test_a_second_identical_run_compiles_nothing",
     "test_training_options.py::test_bfloat16_accumulation_and_early_stopping",
     "test_plugins.py::test_example_plugin_passes_the_contract_test",
-    "test_features_jax.py::test_a_features_file_trains_under_other_batch_options",
+    "test_feature_based.py::test_the_last_layers_concatenated_feed_the_tagging_head",
+    "test_run_phases.py::test_final_metrics_are_the_best_epochs_without_evaluating_again",
+    "test_packing.py::test_a_packed_run_trains_saves_and_serves_the_task_model[tagging]",
+    "test_segment_embedding.py::test_on_jax_the_segment_table_gradient_is_no_scatter",
+    "test_hardening.py::test_a_jax_run_prints_no_tensorflow_start_up_lines",
 )
 
 # The longest test files first. pytest-xdist (`--dist loadfile --no-loadscope-reorder`) hands
@@ -75,7 +80,6 @@ SLOWEST_FIRST = (
     "test_embed.py",
     "test_int8_export.py",
     "test_vocabulary_checks.py",
-    "test_features_jax.py",
     "test_progress.py",
     "test_weight_averaging.py",
     "test_lora.py",

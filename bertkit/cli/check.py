@@ -27,15 +27,14 @@ def run(args) -> None:
         from bertkit.tuning.tuner import check_search
 
         check_search(recipe)  # and will its search: a validation split to score trials on
-    print(recipe.to_yaml(), end="")
-    _hint_small_data(recipe)
+    hint = _small_data_hint(recipe)  # counted first: the recipe and its comment in one write
+    print(recipe.to_yaml() + (f"# {hint}\n" if hint else ""), end="")  # `| head` takes it whole
 
 
-def _hint_small_data(recipe) -> None:
+def _small_data_hint(recipe) -> str | None:
     from bertkit.recipes.presets import small_data_hint
     from bertkit.training.task_data import make_task
 
-    if recipe.training.preset != "small_data":  # else the count is not needed
-        examples = len(make_task(recipe).read(recipe.data.train))
-        if hint := small_data_hint(recipe, examples):
-            print(f"# {hint}")  # a YAML comment: the output stays the recipe
+    if recipe.training.preset == "small_data":  # the count is not needed
+        return None
+    return small_data_hint(recipe, len(make_task(recipe).read(recipe.data.train)))

@@ -14,11 +14,11 @@ from bertkit.model.feature_layers import with_feature_layers
 from bertkit.model.lora import enable_lora, merged_model
 from bertkit.progress import CountProgress
 from bertkit.recipes import schema
-from bertkit.registry import load_task
 from bertkit.report import write_task_report
 from bertkit.run_dir import RunDirectory, read_json
 from bertkit.serving.inference import predict_examples
 from bertkit.serving.protocol import strings_in
+from bertkit.serving.run_task import build_task  # noqa: F401 (public here too)
 
 
 def task_description(task, sequence_length: int, batch_size: int, buckets) -> dict:
@@ -32,16 +32,6 @@ def task_description(task, sequence_length: int, batch_size: int, buckets) -> di
         "batch_size": batch_size,
         "bucket_lengths": list(buckets),
     }
-
-
-def build_task(description: dict, tokenizer, source):
-    task_class = load_task(description["task"], source=source)
-    origin = schema.Origin(str(source))
-    options = schema.build(task_class.Options, description["options"], origin, ("options",))
-    data = schema.build(task_class.Data, description["data"], origin, ("data",))
-    return task_class(
-        options, data, tokenizer, description["sequence_length"], description["state"]
-    )
 
 
 def _check_text(value, hint, name: str) -> None:

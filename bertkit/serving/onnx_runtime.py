@@ -27,27 +27,13 @@ from bertkit.errors import UserError
 from bertkit.features import Features
 from bertkit.serving import onnx_decoding as decoding
 from bertkit.serving.onnx_tokenizer import PieceTokenizer
+from bertkit.serving.run_task import build_task
 
 MODEL_FILE = "model.onnx"
 METADATA_FILE = "bertkit_onnx.json"
 INPUT_NAMES = ("token_ids", "segment_ids", "padding_mask")
 TASKS = ("classification", "tagging", "span_qa")  # the tasks decoded here
 ROWS_PER_CALL = 32
-
-
-def build_task(description: dict, tokenizer, source):
-    """The run's task object from `model/task.json`'s description (as
-    `bertkit.serving.finetuned.build_task`, which imports Keras)."""
-    from bertkit.recipes import schema
-    from bertkit.registry import load_task
-
-    task_class = load_task(description["task"], source=source)
-    origin = schema.Origin(str(source))
-    options = schema.build(task_class.Options, description["options"], origin, ("options",))
-    data = schema.build(task_class.Data, description["data"], origin, ("data",))
-    return task_class(
-        options, data, tokenizer, description["sequence_length"], description["state"]
-    )
 
 
 class OnnxModel:

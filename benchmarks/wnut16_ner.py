@@ -48,6 +48,7 @@ from collections import Counter
 from pathlib import Path
 
 from common import (
+    HEADS,
     NER_CORPORA,
     PRESET,
     argument_parser,
@@ -87,18 +88,13 @@ ABLATIONS = {
     "random_batches": {"training.batch_order": "random"},
     "argmax": {"task.decoding": "argmax"},
 }
-# The CRF head (`task.head: crf`) against the softmax head (the `bertkit` row, constrained
+# The CRF head (`common.HEADS`) against the softmax head (the `bertkit` row, constrained
 # decoding), at the field's settings. `crf`: the transition scores at the head's learning rate,
 # as pytorch-crf is usually trained with transformers' one rate. At 5e-5 Adam moves each score
 # at most about 5e-5 an update: under 0.02 over WNUT-16's 225 updates (3 epochs of 75), under
 # 0.07 over CoNLL-2003's 1,300, so the scores stay near 0 and decoding near constrained
 # decoding. `crf_lr`: 1e-2, 200x, inside bert4keras' usual `lr_multiplier` of 100-1000x, lets
 # them move by a few units, the size of the tagger's logit margins.
-HEADS = {
-    "softmax": {"task.head": "softmax"},  # the `bertkit` row by name, for a run of heads only
-    "crf": {"task.head": "crf"},
-    "crf_lr": {"task.head": "crf", "task.crf_learning_rate": 1e-2},
-}
 ROWS = {**SETTINGS, **ABLATIONS, **HEADS}
 CORPUS_NAMES = {"wnut16": "WNUT-16", "conll2003": "CoNLL-2003"}
 DATA_KEYS = {"train": "train", "validation": "dev", "test": "test"}  # recipe key: file

@@ -38,14 +38,23 @@ def add_to(commands) -> None:
         type=positive,
         default=64,
         metavar="N",
-        help="the most inputs one model call takes (default: 64; 1 turns batching off)",
+        help="the most model rows one call takes (default: 64; 1 turns batching off)",
+    )
+    sub.add_argument(
+        "--max-batch-tokens",
+        type=positive,
+        default=16384,
+        metavar="N",
+        help="the most tokens of a padded batch, its rows times its longest row (default: "
+        "16384; a request past it runs alone)",
     )
     sub.add_argument(
         "--max-wait-ms",
         type=_milliseconds,
-        default=5.0,
+        default=0.0,
         metavar="MS",
-        help="how long a batch waits for more requests after its first (default: 5)",
+        help="how long a batch waits for more requests after its first (default: 0: "
+        "requests that arrive while a batch runs make the next one)",
     )
 
 
@@ -109,6 +118,7 @@ def _serve(args) -> int:
         host=args.host,
         port=args.port,
         max_batch=args.max_batch,
+        max_batch_tokens=args.max_batch_tokens,
         max_wait_ms=args.max_wait_ms,
         api_key=api_key,
     )

@@ -1,12 +1,16 @@
 """Dynamic batching for a server: requests that arrive together share one model call.
 
-Each request brings a list of items (a request's examples). A batch starts with the
+Each request brings a list of items and its size: `rows` (the model rows it needs; its
+item count unless given) and `longest` (its longest row's tokens). A batch starts with the
 oldest waiting request and takes the requests behind it, in arrival order, while their
-items fit in `max_batch` (a request larger than that goes alone); it waits at most
-`max_wait_seconds` after its first request arrived for more to come, and no longer once
-it is full. The batch runs in `executor` (one worker thread: the event loop keeps
-accepting and answering requests meanwhile), and each request gets its own slice of
-the results back. Requests that arrive while a batch runs form the next one at once.
+rows fit in `max_batch` and, with `max_batch_tokens`, the padded batch (all its rows as
+long as its longest) fits in that many tokens, as TEI's `--max-batch-tokens` bounds a
+batch; a request larger than that goes alone. It waits at most `max_wait_seconds` after
+its first request arrived for more to come (0, the server's default: not at all), and no
+longer once it is full. The batch runs in `executor` (one worker thread: the event loop
+keeps accepting, preparing and answering requests meanwhile), and each request gets its
+own slice of the results back. Requests that arrive while a batch runs form the next one
+as soon as it ends: under load the batches fill themselves without any wait.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ import dataclasses
 
 
 class ServerBusy(Exception):
-    """More items are waiting than the batcher queues: the request is refused (503)."""
+    """More rows are waiting than the batcher queues: the request is refused (503)."""
 
 
 @dataclasses.dataclass
 class _Waiting:
     items: list
+    rows: int
+    longest: int
     arrived: float  # the event loop's clock
     answer: asyncio.Future
 
@@ -51,24 +57,27 @@ class DynamicBatcher:
         max_batch: int = 64,
         max_wait_seconds: float = 0.005,
         max_waiting_items: int | None = None,
+        max_batch_tokens: int | None = None,
     ):
         self.predict, self.executor = predict, executor
         self.max_batch, self.max_wait_seconds = max_batch, max_wait_seconds
+        self.max_batch_tokens = max_batch_tokens
         self.max_waiting_items = max_waiting_items or 64 * max_batch
-        self.batch_sizes: list[int] = []  # items per model call, for tests and statistics
+        self.batch_sizes: list[int] = []  # rows per model call, for tests and statistics
         self._waiting: collections.deque[_Waiting] = collections.deque()
         self._waiting_items = 0
         self._arrived = asyncio.Event()
 
-    async def submit(self, items: list) -> list:
+    async def submit(self, items: list, rows: int | None = None, longest: int = 0) -> list:
         """The results for `items`, once the batch they joined has run; the exception
         `predict` raised for them otherwise. `ServerBusy` when too much is waiting."""
-        if self._waiting_items + len(items) > self.max_waiting_items:
+        rows = len(items) if rows is None else rows
+        if self._waiting_items + rows > self.max_waiting_items:
             raise ServerBusy(f"{self._waiting_items:,} inputs are waiting; try again shortly")
         loop = asyncio.get_running_loop()
-        waiting = _Waiting(list(items), loop.time(), loop.create_future())
+        waiting = _Waiting(list(items), rows, longest, loop.time(), loop.create_future())
         self._waiting.append(waiting)
-        self._waiting_items += len(waiting.items)
+        self._waiting_items += rows
         self._arrived.set()
         return await waiting.answer
 
@@ -78,7 +87,10 @@ class DynamicBatcher:
             await self._arrived.wait()
             await self._gather()
             batch = self._take_batch()
-            if not self._waiting:
+            # _gather may have cleared the event while requests that did not fit wait on.
+            if self._waiting:
+                self._arrived.set()
+            else:
                 self._arrived.clear()
             if batch:
                 await self._run_batch(batch)
@@ -98,23 +110,28 @@ class DynamicBatcher:
                 return
 
     def _take_batch(self) -> list[_Waiting]:
-        """The oldest waiting requests whose items fit in one batch (at least one request;
-        those whose client left are dropped)."""
-        batch, count = [], 0
+        """The oldest waiting requests that fit in one batch (at least one request; those
+        whose client left are dropped)."""
+        batch, rows, longest = [], 0, 0
         while self._waiting:
             waiting = self._waiting[0]
-            if batch and count + len(waiting.items) > self.max_batch:
+            if batch and not self._fits(rows + waiting.rows, max(longest, waiting.longest)):
                 break
             self._waiting.popleft()
-            self._waiting_items -= len(waiting.items)
+            self._waiting_items -= waiting.rows
             if not waiting.answer.done():  # cancelled: its client disconnected
                 batch.append(waiting)
-                count += len(waiting.items)
+                rows, longest = rows + waiting.rows, max(longest, waiting.longest)
         return batch
+
+    def _fits(self, rows: int, longest: int) -> bool:
+        if rows > self.max_batch:
+            return False
+        return self.max_batch_tokens is None or rows * longest <= self.max_batch_tokens
 
     async def _run_batch(self, batch: list[_Waiting]) -> None:
         items = [item for waiting in batch for item in waiting.items]
-        self.batch_sizes.append(len(items))
+        self.batch_sizes.append(sum(waiting.rows for waiting in batch))
         loop = asyncio.get_running_loop()
         try:
             results = await loop.run_in_executor(self.executor, self.predict, items)

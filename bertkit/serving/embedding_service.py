@@ -13,6 +13,7 @@ from pathlib import Path
 
 from bertkit.errors import UserError
 from bertkit.files import MAX_INPUT_CHARACTERS, input_text
+from bertkit.serving.prepared import PreparedRequest
 
 
 class EmbeddingService:
@@ -58,6 +59,19 @@ class EmbeddingService:
 
     def predict_examples(self, texts: list, batch_size: int | None = None) -> list[dict]:
         vectors = self.embedder.embed(texts, batch_size or 32)
+        return [{"embedding": vector.tolist()} for vector in vectors]
+
+    # A server's three stages (`bertkit.serving.prepared`): the encoder tokenizes in its
+    # own call, so a prepared request is its texts.
+    def prepare(self, texts: list):
+        return PreparedRequest(texts, None)
+
+    def run_prepared(self, requests: list, batch_size: int | None = None) -> list:
+        texts = [text for request in requests for text in request.examples]
+        vectors = iter(self.embedder.embed(texts, batch_size or 32) if texts else [])
+        return [[next(vectors) for _ in request.examples] for request in requests]
+
+    def finish(self, request, vectors: list) -> list[dict]:
         return [{"embedding": vector.tolist()} for vector in vectors]
 
     def metadata(self, limits: dict) -> dict:

@@ -16,6 +16,7 @@ from bertkit.progress import CountProgress
 from bertkit.recipes import schema
 from bertkit.report import write_task_report
 from bertkit.run_dir import RunDirectory, read_json
+from bertkit.serving import prepared
 from bertkit.serving.inference import predict_examples
 from bertkit.serving.protocol import strings_in
 from bertkit.serving.run_task import build_task  # noqa: F401 (public here too)
@@ -203,6 +204,18 @@ class FineTunedModel:
             batch_size or 2 * self.description["batch_size"],
             self.buckets,
         )
+
+    # A server's three stages (`bertkit.serving.prepared`): only `run_prepared` needs the
+    # model thread.
+    def prepare(self, examples: list):
+        return prepared.prepare(self.task, examples)
+
+    def run_prepared(self, requests: list, batch_size: int | None = None) -> list[dict]:
+        batch_size = batch_size or 2 * self.description["batch_size"]
+        return prepared.run_prepared(self.task, self.model, requests, batch_size, self.buckets)
+
+    def finish(self, request, outputs: dict) -> list[dict]:
+        return prepared.finish(self.task, request, outputs)
 
     def _predict_chunk(
         self, inputs: list, offset: int, batch_size, errors: str, max_input_characters: int

@@ -200,6 +200,7 @@ def metadata(model, options: ServeOptions) -> dict:
 def limits(options: ServeOptions) -> dict:
     return {
         "max_batch": options.max_batch,
+        "max_batch_tokens": options.max_batch_tokens,
         "max_wait_ms": options.max_wait_ms,
         "max_request_inputs": options.max_request_inputs,
         "max_input_characters": options.max_input_characters,

@@ -1,6 +1,8 @@
 """The model's side of `bertkit serve`: its options, and the worker that checks each
-request whole and runs the examples of requests that arrive together in one model call
-(`DynamicBatcher`), in one thread of its own, off the event loop."""
+request whole, prepares (featurizes) it on arrival, runs the rows of requests that arrive
+together in one model call (`DynamicBatcher`) in a thread of its own, and decodes each
+request's outputs; preparing and decoding run in other threads, off the event loop, while
+the model thread runs the model."""
 
 from __future__ import annotations
 
@@ -27,8 +29,13 @@ class ServeOptions:
 
     host: str = "127.0.0.1"  # loopback: reachable from this machine only
     port: int = 8080  # 0: any free port
-    max_batch: int = 64  # inputs per model call
-    max_wait_ms: float = 5.0  # how long a batch waits for more requests
+    max_batch: int = 64  # model rows per call
+    # A padded batch's most tokens (rows x its longest row; None: no bound), as TEI's
+    # --max-batch-tokens: long inputs make smaller batches, short ones fuller.
+    max_batch_tokens: int | None = 16384
+    # How long a batch waits for more requests: none, as requests that arrive while a
+    # batch runs make the next one (a wait only delays the lone request).
+    max_wait_ms: float = 0.0
     max_request_inputs: int = MAX_REQUEST_INPUTS
     max_input_characters: int = MAX_INPUT_CHARACTERS
     max_request_characters: int = MAX_REQUEST_CHARACTERS
@@ -43,13 +50,20 @@ class ModelWorker:
     def __init__(self, model, options: ServeOptions):
         self.model, self.options = model, options
         self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bertkit-model")
+        self.preparing = concurrent.futures.ThreadPoolExecutor(
+            2, thread_name_prefix="bertkit-prepare"
+        )
         self.batcher = DynamicBatcher(
-            self._predict, self.thread, options.max_batch, options.max_wait_ms / 1000
+            self._run,
+            self.thread,
+            options.max_batch,
+            options.max_wait_ms / 1000,
+            max_batch_tokens=options.max_batch_tokens,
         )
         self._running = None
 
-    def _predict(self, examples: list) -> list[dict]:
-        return self.model.predict_examples(examples, batch_size=self.options.max_batch)
+    def _run(self, requests: list) -> list:
+        return self.model.run_prepared(requests, batch_size=self.options.max_batch)
 
     def start(self) -> None:
         self._running = asyncio.get_running_loop().create_task(self.batcher.run())
@@ -60,6 +74,7 @@ class ModelWorker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._running
         self.thread.shutdown(wait=True)
+        self.preparing.shutdown(wait=True)
 
     def read(self, body: bytes):
         """`(examples, options)` of a request body, checked whole: a `RequestError`
@@ -79,11 +94,15 @@ class ModelWorker:
             raise RequestError(422, str(error)) from None
 
     async def predictions(self, examples: list) -> list[dict]:
-        """The examples' predictions, batched with other requests' (503 when busy)."""
+        """The examples' predictions, their rows batched with other requests' (503 when
+        busy)."""
+        loop = asyncio.get_running_loop()
+        request = await loop.run_in_executor(self.preparing, self.model.prepare, examples)
         try:
-            return await self.batcher.submit(examples)
+            (outputs,) = await self.batcher.submit([request], request.rows, request.longest)
         except ServerBusy as busy:
             raise RequestError(503, f"the server is busy: {busy}") from None
+        return await loop.run_in_executor(self.preparing, self.model.finish, request, outputs)
 
     async def answer(self, examples: list, values: dict) -> bytes:
         """`{"predictions": [...]}` for a request's examples, as one JSON line."""

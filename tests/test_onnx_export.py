@@ -284,3 +284,78 @@ def test_viterbi_chooses_bertkits_tags(scheme):
     )
     expected = choose_tags(batch, allowed).to_list()
     assert [viterbi_tags(p, allowed).tolist() for p in sentences] == expected
+
+
+SERVE_WITHOUT_TENSORFLOW = """
+import sys
+for name in ("tensorflow", "tensorflow_text", "keras", "keras_hub", "jax"):
+    sys.modules[name] = None  # importing any of them fails
+from bertkit.cli import main
+sys.exit(main(["serve", sys.argv[1], "--port", "0"]))
+"""
+
+
+def test_bertkit_serve_answers_from_an_onnx_folder_without_tensorflow(exported):
+    """`bertkit serve ONNX_DIR` in a process where TensorFlow cannot be imported: requests
+    sent together (batched into shared onnxruntime calls) get `predict`'s answers, a bad
+    input is a 422 and the server answers on, /metadata names the folder's task."""
+    import concurrent.futures
+    import functools
+
+    for name, (run_dir, folder) in exported.items():
+        server = subprocess.Popen(
+            [sys.executable, "-c", SERVE_WITHOUT_TENSORFLOW, str(folder)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            line = server.stderr.readline()
+            assert "http://" in line, line + server.stderr.read()
+            host, port = line.split("http://")[1].split()[0].rsplit(":", 1)
+            post = functools.partial(_request, (host, int(port)), "POST", "/predict")
+            with concurrent.futures.ThreadPoolExecutor(len(INPUTS[name])) as clients:
+                bodies = [{"inputs": [value]} for value in INPUTS[name]]
+                answers = list(clients.map(post, bodies))
+            assert all(status == 200 for status, _ in answers)
+            served = [body["predictions"][0] for _, body in answers]
+            assert_same_predictions(
+                name, served, FineTunedModel.load(run_dir).predict(INPUTS[name])
+            )
+            status, body = post({"inputs": ["   "]})
+            assert status == 422 and body == {"error": "input 1: empty input"}
+            metadata = _request((host, int(port)), "GET", "/metadata")[1]
+            assert (
+                metadata["task"] == name and metadata["model_card"]["format"] == "onnx (opset 17)"
+            )
+            assert post({"inputs": [INPUTS[name][0]]})[0] == 200  # still serving
+        finally:
+            server.send_signal(subprocess.signal.SIGTERM)
+            server.communicate(timeout=60)
+
+
+def _request(address, method: str, path: str, body=None) -> tuple:
+    import http.client
+
+    connection = http.client.HTTPConnection(*address, timeout=60)
+    connection.request(method, path, None if body is None else json.dumps(body))
+    response = connection.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def test_onnx_service_batches_requests_as_predict_answers_each(exported):
+    """Several requests' rows in one onnxruntime call: each request gets what
+    `OnnxModel.predict` gives it alone (tagging and span QA with windows)."""
+    from bertkit.serving.onnx_service import OnnxService
+
+    for name, (_, folder) in exported.items():
+        service = OnnxService.load(folder)
+        requests = [service.prepare(service.parse_inputs([v])) for v in INPUTS[name]]
+        requests.append(service.prepare([]))
+        outputs = service.run_prepared(requests, batch_size=64)
+        together = [service.finish(r, o) for r, o in zip(requests, outputs, strict=True)]
+        assert together[-1] == [] and [r.rows for r in requests[:-1]] == [
+            len(service.model.featurize(service.parse_inputs([v]))) for v in INPUTS[name]
+        ]
+        alone = [service.model.predict([v]) for v in INPUTS[name]]
+        for got, want in zip(together[:-1], alone, strict=True):
+            assert got == want

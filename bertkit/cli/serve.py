@@ -24,7 +24,10 @@ def add_to(commands) -> None:
         "every request but GET /health needs the header 'Authorization: Bearer KEY'."
     )
     sub.add_argument(
-        "run_dir", help="a run directory of `bertkit finetune` (with --embed: any backbone preset)"
+        "run_dir",
+        help="a run directory of `bertkit finetune`, or an ONNX folder of `bertkit export "
+        "--format onnx` (served by onnxruntime, without TensorFlow); with --embed: any "
+        "backbone preset",
     )
     sub.add_argument(
         "--embed",
@@ -102,6 +105,7 @@ def _serve(args) -> int:
         check_finished_run,
         require_server_libraries,
         serve,
+        serves_onnx,
         warn_if_open,
     )
 
@@ -109,11 +113,13 @@ def _serve(args) -> int:
     require_server_libraries()
     api_key, origin = _api_key(args)
     check_api_key(api_key, origin)
-    if not args.embed:
+    onnx = not args.embed and serves_onnx(args.run_dir)
+    if not args.embed and not onnx:
         check_finished_run(args.run_dir)
     listening = bind_socket(args.host, args.port)
     warn_if_open(args.host, api_key)
-    import_tensorflow_quietly()
+    if not onnx:  # an ONNX folder is served by onnxruntime alone
+        import_tensorflow_quietly()
     options = ServeOptions(
         host=args.host,
         port=args.port,

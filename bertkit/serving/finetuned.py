@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,9 +14,9 @@ from bertkit.progress import CountProgress
 from bertkit.recipes import schema
 from bertkit.report import write_task_report
 from bertkit.run_dir import RunDirectory, read_json
+from bertkit.serving import inputs as checks
 from bertkit.serving import prepared
 from bertkit.serving.inference import predict_examples
-from bertkit.serving.protocol import strings_in
 from bertkit.serving.run_task import build_task  # noqa: F401 (public here too)
 
 
@@ -33,41 +31,6 @@ def task_description(task, sequence_length: int, batch_size: int, buckets) -> di
         "batch_size": batch_size,
         "bucket_lengths": list(buckets),
     }
-
-
-def _check_text(value, hint, name: str) -> None:
-    """A field typed `str` (or `str | None`) holds valid Unicode text."""
-    kinds = set(typing.get_args(hint)) or {hint}
-    if str not in kinds or not kinds <= {str, type(None)}:
-        return
-    if hint is str and value is None or value is not None and not isinstance(value, str):
-        raise UserError(f"'{name}' must be a text, got {value!r:.40}")
-    if value is not None:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise UserError(f"'{name}' is not valid Unicode (a lone surrogate)") from None
-
-
-def _check_strings(value, max_input_characters: int) -> None:
-    """An input's texts (strings, also inside pairs, lists and objects) are within the
-    size bound and hold no NUL byte, the mark of binary data."""
-    strings = list(strings_in(value))
-    count = sum(map(len, strings))
-    if count > max_input_characters:
-        raise UserError(
-            f"longer than {max_input_characters:,} characters ({count:,}), the limit per input"
-        )
-    if any("\0" in text for text in strings):
-        raise UserError("a NUL byte (binary data?); expected text")
-
-
-def _parses(task, value) -> bool:
-    try:
-        task.parse_input(value)
-    except UserError:
-        return False
-    return True
 
 
 class FineTunedModel:
@@ -117,12 +80,12 @@ class FineTunedModel:
     def takes_text_pairs(self) -> bool:
         """Whether every input must be a pair of texts (a premise-hypothesis classifier,
         span QA): the task takes a [text, text] pair but not a single text."""
-        return not _parses(self.task, "text") and _parses(self.task, ["text", "text"])
+        return checks.takes_text_pairs(self.task)
 
     @property
     def accepts_text_pairs(self) -> bool:
         """Whether a [text, text] pair is an input this model takes."""
-        return _parses(self.task, ["text", "text"])
+        return checks.parses(self.task, ["text", "text"])
 
     def predict(
         self,
@@ -185,13 +148,7 @@ class FineTunedModel:
         that cannot be predicted is a `UserError` naming it (`input 3: ...`). A server
         checks a request whole this way, then predicts the examples of several requests
         together with `predict_examples`."""
-        examples = []
-        for position, value in enumerate(inputs):
-            try:
-                examples.append(self._parse_input(value, max_input_characters))
-            except UserError as error:
-                raise UserError(error.message, source=f"input {position + 1}") from None
-        return examples
+        return checks.parse_inputs(self.task, inputs, max_input_characters)
 
     def predict_examples(self, examples: list, batch_size: int | None = None) -> list[dict]:
         """Predictions for examples from `parse_inputs`, in order: what `predict` gives
@@ -224,7 +181,7 @@ class FineTunedModel:
         positions, examples = [], []
         for position, value in enumerate(inputs):
             try:
-                examples.append(self._parse_input(value, max_input_characters))
+                examples.append(checks.parse_input(self.task, value, max_input_characters))
                 positions.append(position)
             except UserError as error:
                 error = UserError(error.message, source=f"input {offset + position + 1}")
@@ -241,21 +198,6 @@ class FineTunedModel:
         for position, prediction in zip(positions, predictions, strict=True):
             results[position] = prediction
         return results
-
-    def _parse_input(self, value, max_input_characters: int):
-        # the CLI's blank input line, or a text of whitespace only (see `input_text`)
-        if value is None or isinstance(value, str) and not value.strip():
-            raise UserError("empty input")
-        _check_strings(value, max_input_characters)
-        example = self.task.parse_input(value)
-        if dataclasses.is_dataclass(example):  # e.g. {"text": "ok", "text_pair": 7}
-            try:
-                hints = typing.get_type_hints(type(example))
-            except (NameError, TypeError):  # a plugin's annotations we cannot resolve
-                hints = {}
-            for field in dataclasses.fields(example):
-                _check_text(getattr(example, field.name), hints.get(field.name), field.name)
-        return example
 
     def evaluate(
         self, path=None, batch_size: int | None = None, predictions_dir=None, progress: bool = False

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -25,7 +26,9 @@ import numpy as np
 
 from bertkit.errors import UserError
 from bertkit.features import Features
+from bertkit.files import MAX_INPUT_CHARACTERS
 from bertkit.serving import onnx_decoding as decoding
+from bertkit.serving.inputs import parse_inputs
 from bertkit.serving.onnx_tokenizer import PieceTokenizer
 from bertkit.serving.run_task import build_task
 
@@ -75,37 +78,37 @@ class OnnxModel:
         )
         return cls(session, task, tokenizer, metadata)
 
-    def predict(self, inputs) -> list[dict]:
+    def predict(self, inputs, max_input_characters: int = MAX_INPUT_CHARACTERS) -> list[dict]:
         """Predictions for raw inputs (texts, pairs, objects, as `bertkit predict` takes
         them); an invalid input is a `UserError` naming it (`input 2: empty input`)."""
         if isinstance(inputs, str):
             inputs = [inputs]
-        examples = [self._parse(value, position) for position, value in enumerate(inputs)]
+        examples = parse_inputs(self.task, list(inputs), max_input_characters)
         if not examples:
             return []
-        name = self.task.name
-        if name == "classification":
-            return self._classify(examples)
-        if name == "tagging":
-            return self._tag(examples)
-        return self._answer(examples)
+        rows = self.featurize(examples)
+        return self.decode(examples, rows, self.logits(rows.token_ids, rows.segment_ids))
 
-    def _parse(self, value, position: int):
-        try:
-            if value is None or isinstance(value, str) and not value.strip():
-                raise UserError("empty input")
-            return self.task.parse_input(value)
-        except UserError as error:
-            raise UserError(error.message, source=f"input {position + 1}") from None
+    # Prediction in three stages, as a server runs them (`bertkit.serving.onnx_service`):
+    # featurize (any thread), logits (the model's), decode (any thread).
+    def featurize(self, examples: list) -> OnnxRows:
+        """The examples' model rows, and what decoding their logits needs."""
+        return {
+            "classification": self._classification_rows,
+            "tagging": self._tagging_rows,
+            "span_qa": self._span_rows,
+        }[self.task.name](examples)
 
-    def logits(self, token_ids: list, segment_ids: list) -> list[np.ndarray]:
+    def logits(
+        self, token_ids: list, segment_ids: list, rows_per_call: int = ROWS_PER_CALL
+    ) -> list[np.ndarray]:
         """The model's logits for rows of different lengths, each cut to its row's length
-        (classification: one (labels,) array a row), `ROWS_PER_CALL` rows a call."""
+        (classification: one (labels,) array a row), `rows_per_call` rows a call."""
         outputs = []
-        for first in range(0, len(token_ids), ROWS_PER_CALL):
+        for first in range(0, len(token_ids), rows_per_call):
             batch = padded_batch(
-                token_ids[first : first + ROWS_PER_CALL],
-                segment_ids[first : first + ROWS_PER_CALL],
+                token_ids[first : first + rows_per_call],
+                segment_ids[first : first + rows_per_call],
                 self.tokenizer.pad_id,
             )
             (logits,) = self.session.run(None, batch)
@@ -114,8 +117,16 @@ class OnnxModel:
                 outputs.append(row if row.ndim == 1 else row[:length])
         return outputs
 
+    def decode(self, examples: list, rows: OnnxRows, logits: list) -> list[dict]:
+        """The examples' predictions from their rows' `logits`, as `predict` gives them."""
+        return {
+            "classification": self._classify,
+            "tagging": self._tag,
+            "span_qa": self._answer,
+        }[self.task.name](examples, rows, logits)
+
     # ---- the tasks
-    def _classify(self, examples: list) -> list[dict]:
+    def _classification_rows(self, examples: list) -> OnnxRows:
         texts = self.tokenizer.pieces([e.text for e in examples])
         pairs = [e.text_pair for e in examples]
         pair_pieces = self.tokenizer.pieces(pairs) if pairs[0] is not None else None
@@ -126,11 +137,13 @@ class OnnxModel:
             )
             for i, text in enumerate(texts)
         ]
-        logits = self.logits([r[0] for r in rows], [r[1] for r in rows])
-        features = Features({"token_ids": [r[0] for r in rows]}, np.arange(len(rows)))
+        return OnnxRows([r[0] for r in rows], [r[1] for r in rows])
+
+    def _classify(self, examples: list, rows: OnnxRows, logits: list) -> list[dict]:
+        features = Features({"token_ids": rows.token_ids}, np.arange(len(rows.token_ids)))
         return self.task.decode(examples, features, {"logits": logits})  # NumPy only
 
-    def _tag(self, examples: list) -> list[dict]:
+    def _tagging_rows(self, examples: list) -> OnnxRows:
         preprocessor = self.task.preprocessor()  # its windows are NumPy (`rows`)
         limit, rule = preprocessor.max_word_pieces, self.task.text_words
         texts = [i for i, e in enumerate(examples) if e.text is not None]
@@ -146,7 +159,11 @@ class OnnxModel:
                     None,
                 )
         features = preprocessor.rows(word_pieces)
-        logits = self.logits(features.columns["token_ids"], features.columns["segment_ids"])
+        columns = features.columns
+        return OnnxRows(columns["token_ids"], columns["segment_ids"], features)
+
+    def _tag(self, examples: list, rows: OnnxRows, logits: list) -> list[dict]:
+        extras = rows.decoding.extras
         return [
             decoding.tagging_prediction(
                 example,
@@ -156,15 +173,15 @@ class OnnxModel:
                 self.task.allowed_transitions,
             )
             for example, chars, read_at in zip(
-                examples, features.extras["char_offsets"], features.extras["read_at"], strict=True
+                examples, extras["char_offsets"], extras["read_at"], strict=True
             )
         ]
 
-    def _answer(self, examples: list) -> list[dict]:
+    def _span_rows(self, examples: list) -> OnnxRows:
         options = self.task.options
         questions = self.tokenizer.pieces([e.question for e in examples])
         contexts = self.tokenizer.pieces([e.context for e in examples])
-        rows = [
+        windows = [
             decoding.question_rows(
                 question.ids[: options.max_query_length],
                 context,
@@ -174,10 +191,13 @@ class OnnxModel:
             )
             for question, context in zip(questions, contexts, strict=True)
         ]
-        flat = [row for example_rows in rows for row in example_rows]
-        logits = self.logits([r["token_ids"] for r in flat], [r["segment_ids"] for r in flat])
+        flat = [row for example_rows in windows for row in example_rows]
+        return OnnxRows([r["token_ids"] for r in flat], [r["segment_ids"] for r in flat], windows)
+
+    def _answer(self, examples: list, rows: OnnxRows, logits: list) -> list[dict]:
+        options = self.task.options
         predictions, first = [], 0
-        for example, example_rows in zip(examples, rows, strict=True):
+        for example, example_rows in zip(examples, rows.decoding, strict=True):
             window_logits = logits[first : first + len(example_rows)]
             first += len(example_rows)
             decoded = decoding.best_spans(
@@ -185,6 +205,24 @@ class OnnxModel:
             )
             predictions.append(decoding.span_prediction(example, example_rows, decoded, self.task))
         return predictions
+
+
+@dataclasses.dataclass
+class OnnxRows:
+    """Examples' model rows (unpadded ids) and what decoding needs beside the logits:
+    tagging's `Features` (character offsets, where each word is read), span QA's windows
+    per example; nothing for classification."""
+
+    token_ids: list
+    segment_ids: list
+    decoding: object = None
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def longest(self) -> int:
+        return max((len(ids) for ids in self.token_ids), default=0)
 
 
 def padded_batch(token_ids: list, segment_ids: list, pad_id: int) -> dict:

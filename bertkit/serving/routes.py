@@ -175,7 +175,7 @@ def metadata(model, options: ServeOptions) -> dict:
     """What `GET /metadata` answers: the task, its labels, the model card's fields (base
     model, sequence length, training options, validation and test metrics) and the
     server's limits."""
-    if hasattr(model, "embedder"):  # `serve --embed`: a preset's encoder, no run
+    if not hasattr(model, "run"):  # an encoder (`serve --embed`) or an ONNX folder
         return model.metadata(limits(options))
     task, run = model.task, model.run
     recipe = _recipe(run.recipe_file)

@@ -35,6 +35,7 @@ import errno
 import signal
 import socket
 import sys
+from pathlib import Path
 
 from bertkit.errors import UserError
 from bertkit.serving.worker import ServeOptions
@@ -73,7 +74,7 @@ def serve(
 
     options = options or ServeOptions()
     check_api_key(options.api_key)
-    if not embed:
+    if not embed and not serves_onnx(run_dir):
         check_finished_run(run_dir)
     if listening is None:
         listening = bind_socket(options.host, options.port)
@@ -103,6 +104,14 @@ def require_server_libraries() -> None:
         raise UserError(
             f"bertkit serve needs {' and '.join(missing)}: pip install 'bertkit[serve]'"
         )
+
+
+def serves_onnx(source) -> bool:
+    """Whether `source` is an ONNX folder (`bertkit export --format onnx`), served by
+    onnxruntime without TensorFlow, rather than a run."""
+    from bertkit.serving.onnx_runtime import METADATA_FILE
+
+    return (Path(source) / METADATA_FILE).is_file()
 
 
 def check_finished_run(run_dir) -> None:
@@ -197,11 +206,16 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def _load(source, embed: bool):
-    """The fine-tuned model of a run, or with `embed` the source's encoder."""
+    """The fine-tuned model of a run or an ONNX folder, or with `embed` the source's
+    encoder."""
     if embed:
         from bertkit.serving.embedding_service import EmbeddingService
 
         return EmbeddingService.load(source)
+    if serves_onnx(source):
+        from bertkit.serving.onnx_service import OnnxService
+
+        return OnnxService.load(source)
     from bertkit.serving.finetuned import FineTunedModel
 
     return FineTunedModel.load(source)

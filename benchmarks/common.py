@@ -184,7 +184,8 @@ def own_cpu_seconds() -> float:
 
 @contextlib.contextmanager
 def timed(result: dict):
-    """Sets `wall_seconds` and `other_cores_busy`: the CPUs other processes kept busy meanwhile.
+    """Sets `wall_seconds`, `other_cores_busy`: the CPUs other processes kept busy meanwhile,
+    and `cores_busy`: the CPUs every process kept busy (this one's children included).
 
     The machine is shared: `other_cores_busy` well above 0 means the timings are disturbed.
     """
@@ -192,8 +193,10 @@ def timed(result: dict):
     yield result
     result["wall_seconds"] = time.perf_counter() - started
     if busy is not None:
-        others = busy_cpu_seconds() - busy - (own_cpu_seconds() - own)
+        every = busy_cpu_seconds() - busy
+        others = every - (own_cpu_seconds() - own)
         result["other_cores_busy"] = round(max(others, 0.0) / result["wall_seconds"], 2)
+        result["cores_busy"] = round(every / result["wall_seconds"], 2)  # every process
 
 
 def threads() -> dict:

@@ -359,3 +359,20 @@ def test_onnx_service_batches_requests_as_predict_answers_each(exported):
         alone = [service.model.predict([v]) for v in INPUTS[name]]
         for got, want in zip(together[:-1], alone, strict=True):
             assert got == want
+
+
+def test_punctuation_normalizing_tokenizer_needs_no_tensorflow():
+    """`normalize_punctuation` (the quickstart's checkpoint has it on) builds its table from
+    BERT's character normalization, which once came with TensorFlow's normalizer module."""
+    script = (
+        "import sys\n"
+        "for name in ('tensorflow', 'tensorflow_text', 'keras', 'keras_hub', 'jax'):\n"
+        "    sys.modules[name] = None\n"
+        "from bertkit.serving.onnx_tokenizer import PieceTokenizer\n"
+        "vocabulary = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '\"', '.', 'oh']\n"
+        "tokenizer = PieceTokenizer(vocabulary, lowercase=True, normalize_punctuation=True)\n"
+        "print([vocabulary[i] for i in tokenizer.pieces(['“Oh…”'])[0].ids])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "['\"', 'oh', '.', '.', '.', '\"']"

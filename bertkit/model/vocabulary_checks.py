@@ -47,7 +47,7 @@ def punctuation_equivalents(vocabulary, lowercase: bool) -> dict[str, str]:
         >>> table["’"], table["ａ"], "—" in table, "…" in table  # "—" is a piece; no "."
         ("'", 'a', False, False)
     """
-    from bertkit.model.bert_normalizer import normalize_character
+    from bertkit.model.bert_characters import normalize_character
 
     pieces = set(vocabulary)
 

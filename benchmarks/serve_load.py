@@ -244,7 +244,7 @@ class server:
 
     def __exit__(self, *exc):
         self.process.send_signal(signal.SIGTERM)
-        self.process.communicate(timeout=60)
+        self.process.wait(timeout=60)
 
 
 def served_rows(name, source, options: list, texts: list, args, accuracy) -> list[dict]:

@@ -1,8 +1,8 @@
 """int8 ONNX export behind the quality gate: `bertkit export RUN --format onnx --quantize int8`.
 
 onnxruntime's dynamic quantizer (`onnxruntime.quantization.quantize_dynamic`) rewrites every
-MatMul of the float `model.onnx` with 8-bit weights (`WEIGHT_TYPE`, uint8, one scale per
-tensor) and quantizes their inputs to uint8 per call; LayerNorms, softmax and GELU
+MatMul of the float `model.onnx` with 8-bit weights (`WEIGHT_TYPE`, int8, one scale per
+output channel) and quantizes their inputs to uint8 per call; LayerNorms, softmax and GELU
 stay float. The gate is the Keras int8 export's (`bertkit.serving.quantize.check_quality`):
 the run's validation data, featurized by the task, is run through the float Keras model and
 through the int8 ONNX model, and both are decoded and scored by the task (`bertkit evaluate`'s
@@ -23,11 +23,13 @@ from bertkit.errors import UserError
 from bertkit.serving.onnx_runtime import METADATA_FILE, MODEL_FILE, OnnxModel, latency_p50_ms
 from bertkit.serving.quantize import LATENCY_SENTENCE, check_quality, metric_drop
 
-# quantize_dynamic's weight type: on the quickstart model QUInt8 lost no accuracy and QInt8
-# 0.6 points (its u8 x s8 products saturate on CPUs without VNNI), at the same speed
-# (docs/export/int8.md)
-WEIGHT_TYPE = "QUInt8"
-PER_CHANNEL = False
+# quantize_dynamic's weights: int8, one scale per output channel. Measured against QUInt8
+# (one scale per tensor) on SST-2 (4,000 sentences, 872 dev), CoNLL-2003 (2,000/500) and
+# SQuAD (2,000/500), MiniLM: accuracy 81.54 vs 80.85 (float 81.08), entity F1 70.34 vs 70.56
+# (70.44), F1 20.32 vs 20.33 (21.25), and 15% faster at batch 32 on an AVX-512 VNNI CPU
+# (30.8 vs 36.2 ms; float 44.3). Per tensor QInt8 lost 0.9-1.4 points (docs/export/int8.md).
+WEIGHT_TYPE = "QInt8"
+PER_CHANNEL = True
 FLOAT_FILE = "model.float.onnx"  # in the staging folder only, for the gate and the record
 
 

@@ -36,6 +36,11 @@ def add_to(commands) -> None:
         "/predict), pooled as bertkit embed pools it: a preset needs no run",
     )
     _add_address_options(sub)
+    _add_batching_options(sub)
+
+
+def _add_batching_options(sub) -> None:
+    """How requests that arrive together are batched into one model call."""
     sub.add_argument(
         "--max-batch",
         type=positive,

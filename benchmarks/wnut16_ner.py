@@ -41,6 +41,7 @@ whole `finetune` call, or the whole reference subprocess). Every run is appended
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -254,9 +255,21 @@ def print_summary(rows: dict, types: list[str], mentions: Counter, title: str) -
         print(f"{row:24} " + " ".join(cells))
 
 
+def reference_budget(args) -> str:
+    """The transformers row's budget in its name where it is not --epochs: the JSON of runs at
+    different budgets merges into separate rows."""
+    if not args.reference_epochs and not args.reference_patience:
+        return ""
+    budget = f", {args.reference_epochs or args.epochs} epochs"
+    return budget + (f", patience {args.reference_patience}" if args.reference_patience else "")
+
+
 def chosen_rows(args) -> list[tuple[str, dict | None]]:
     """(row name, bertkit overrides or None for the reference), in the order they run."""
-    rows = [] if args.no_defaults else [("bertkit", {}), ("transformers", None)]
+    reference = ("transformers" + reference_budget(args), None)
+    if args.reference_only:
+        return [reference]
+    rows = [] if args.no_defaults else [("bertkit", {}), reference]
     for name in args.settings:  # the longer settings' epochs: --long-epochs
         longer = {"training.epochs": args.long_epochs} if "training.epochs" in ROWS[name] else {}
         rows.append((f"bertkit {name}", {**ROWS[name], **longer}))
@@ -294,6 +307,12 @@ def parse_arguments():
         default=None,
         help="the transformers row with Trainer's early stopping: dev F1 after every epoch, "
         "the best epoch's model kept, stop after P epochs without a better one",
+    )
+    parser.add_argument(
+        "--reference-only",
+        action="store_true",
+        help="only the transformers row (at --reference-epochs / --reference-patience): the "
+        "fair row beside bertkit rows measured before, merged with --merge",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
     parser.add_argument(
@@ -391,7 +410,7 @@ def main():
     }
     for seed in dict.fromkeys(args.seeds):  # each seed once
         for row, overrides in chosen_rows(args):
-            folder = workdir / f"seed-{seed}" / row.replace(" ", "-")
+            folder = workdir / f"seed-{seed}" / re.sub(r"\W+", "-", row)
             result = run_row(args, overrides, seed, data, folder)
             record["runs"].append({"row": row, "seed": seed, **result})
             record["summary"] = summary(record["runs"], data["types"])

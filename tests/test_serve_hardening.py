@@ -8,6 +8,7 @@ are trained once, in this process, and served by server threads here (as in
 """
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -369,3 +370,28 @@ def test_top_k_of_the_wrong_type_or_below_one_is_a_400(servers, top_k):
 def test_top_k_over_the_labels_gives_every_label(servers):
     status, answer = post(servers["classification"], {"inputs": ["a fine film"], "top_k": 10**9})
     assert status == 200 and len(answer["predictions"][0]["top_k"]) == 2
+
+
+def test_a_signal_that_a_library_swallows_while_loading_still_stops_the_server(
+    runs, monkeypatch
+):
+    from bertkit.serving import server
+
+    def load_that_swallows_signals(run_dir, embed):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler runs here, at the latest
+        except BaseException:  # as an import with a bare `except:` would
+            pass
+        return object()
+
+    monkeypatch.setattr(server, "_load", load_that_swallows_signals)
+    monkeypatch.setattr(server, "warm_up", lambda model: None)
+    monkeypatch.setattr(server, "_SIGNALS_WHILE_LOADING", [])
+    handler = signal.getsignal(signal.SIGINT)
+    listening = server.bind_socket("127.0.0.1", 0)
+    with pytest.raises(server.StoppedLoading) as stopped, server.stop_while_loading():
+        server.serve(runs / "classification", listening=listening)
+    listening.close()
+    assert (stopped.value.code, stopped.value.signal_name) == (130, "SIGINT")
+    assert signal.getsignal(signal.SIGINT) is handler  # handed back

@@ -93,9 +93,12 @@ def run(args) -> int:
         with stop_while_loading():
             return _serve(args)
     except StoppedLoading as stopped:  # nothing was served: nothing to finish
-        print("bertkit serve: stopped while loading the model (SIGTERM)", file=sys.stderr)
+        print(
+            f"bertkit serve: stopped while loading the model ({stopped.signal_name})",
+            file=sys.stderr,
+        )
         return stopped.code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # where no handler could be set (not the main thread)
         print("bertkit serve: stopped while loading the model (SIGINT)", file=sys.stderr)
         return 130
 

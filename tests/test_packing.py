@@ -11,6 +11,7 @@ import pytest
 
 import bertkit
 from bertkit.batching.packing import pack_batch, pack_lengths, packing_width
+from bertkit.batching.packing_choice import PackingChoice, choose_packing
 from bertkit.batching.plan import BatchPlan
 from bertkit.errors import UserError
 from bertkit.model.packed_backbone import PositionsById, packed_training_model
@@ -340,3 +341,102 @@ def test_packing_is_refused_where_it_cannot_work(monkeypatch):
     with pytest.raises(UserError, match="not with 2 processes") as error:
         BatchPlan.check_devices(recipe.training, 2, "jax")
     assert str(error.value).endswith("set training.packing to false")  # one device: no job
+
+
+# ---- training.packing: auto (the default)
+def packing_of(task="classification", backend="tensorflow", devices=1, processes=1, **options):
+    recipe = load_recipe({**recipe_with(), "task": {"name": task, **options}})
+    assert recipe.training.packing == "auto"  # the default
+    return choose_packing(
+        recipe.training.packing,
+        recipe.task_class(),
+        recipe.task_options,
+        backend=backend,
+        devices=devices,
+        processes=processes,
+    )
+
+
+def test_auto_packs_exactly_where_packing_is_exact_and_names_why_not_elsewhere():
+    assert packing_of("classification") == PackingChoice(True)
+    assert packing_of("tagging") == PackingChoice(True)
+    assert packing_of("tagging", backend="jax", devices=8) == PackingChoice(True)
+    not_packed = {
+        "the span_qa task cannot pack rows: only tasks that declare `packs` can": packing_of(
+            "span_qa"
+        ),
+        "the mlm task cannot pack rows: only tasks that declare `packs` can": packing_of("mlm"),
+        "the tagging task cannot pack rows: with head: crf a packed row's sentences would be "
+        "one CRF sequence": packing_of("tagging", head="crf"),
+        "packed batches train over several devices on JAX in one process, not with "
+        "tensorflow": packing_of(devices=2),
+        "packed batches train in one process, not 2": packing_of(
+            backend="jax", devices=2, processes=2
+        ),
+    }
+    for why, choice in not_packed.items():
+        assert choice == PackingChoice(False, why)
+    recipe = load_recipe(recipe_with())
+    feature_based = choose_packing(
+        "auto", recipe.task_class(), None, backend="jax", devices=1, feature_based=True
+    )
+    assert feature_based.why_not.startswith("packed training reads the last layer only")
+    # true and false are the recipe's word: auto's reasons do not apply to them
+    assert choose_packing(False, recipe.task_class(), None, backend="jax", devices=1) == (
+        PackingChoice(False)
+    )
+    assert not load_recipe(recipe_with("span_qa", packing=False)).training.packing
+
+
+def tiny_classification_recipe(tmp_path, **training):
+    write_sentiment_tsv(tmp_path / "train.tsv", 96, seed=0)
+    write_sentiment_tsv(tmp_path / "dev.tsv", 32, seed=1)
+    return {
+        "schema": 1,
+        "task": "classification",
+        "backbone": {
+            "preset": str(write_tiny_checkpoint(tmp_path / "ckpt")),
+            "sequence_length": 48,
+        },
+        "data": {
+            "train": str(tmp_path / "train.tsv"),
+            "validation": str(tmp_path / "dev.tsv"),
+            "text": "sentence",
+        },
+        "training": {"epochs": 2, "batch_size": 16, "learning_rate": 3e-3, **training},
+        "export": {"saved_model": False},
+    }
+
+
+def test_a_run_with_auto_is_the_run_with_packing_true(tmp_path):
+    runs = {}
+    for setting in ("auto", True):
+        folder = tmp_path / str(setting)
+        recipe = tiny_classification_recipe(tmp_path, packing=setting)
+        bertkit.finetune(recipe, output_dir=folder, verbose=0)
+        metrics = json.loads((folder / "metrics.json").read_text())
+        packing = json.loads((folder / "run.json").read_text())["packing"]
+        runs[setting] = ([epoch["loss"] for epoch in metrics["epochs"]], packing)
+    assert runs["auto"] == runs[True]
+    assert runs["auto"][1] == {"packed": True}
+
+
+def test_a_run_that_auto_leaves_unpacked_says_why(tmp_path, capsys):
+    write_conll(tmp_path / "train.txt", 48, seed=0)
+    recipe = {
+        "schema": 1,
+        "task": {"name": "tagging", "head": "crf"},
+        "backbone": {
+            "preset": str(write_tiny_checkpoint(tmp_path / "ckpt")),
+            "sequence_length": 32,
+        },
+        "data": {"train": str(tmp_path / "train.txt")},
+        "training": {"epochs": 1, "batch_size": 16},
+        "export": {"saved_model": False},
+    }
+    bertkit.finetune(recipe, output_dir=tmp_path / "run", verbose=0)
+    why = "the tagging task cannot pack rows: with head: crf a packed row's sentences would be "
+    why += "one CRF sequence"
+    assert f"training unpacked (training.packing: auto): {why}\n" in capsys.readouterr().out
+    packing = json.loads((tmp_path / "run" / "run.json").read_text())["packing"]
+    assert packing == {"packed": False, "why_not": why}

@@ -276,7 +276,7 @@ def spans_run(tmp_path_factory):
         tmp / "train.jsonl",
         task_options={"text_words": "characters"},
         data={"validation": str(tmp / "dev.json")},
-        training={"epochs": 6, "batch_size": 16},
+        training={"epochs": 8, "batch_size": 16},
         sequence_length=48,
         directory=tmp,
         compare=same_entities,

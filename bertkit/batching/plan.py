@@ -46,6 +46,8 @@ class BatchPlan:
         order: `length_buckets` or `random`.
         micro_batches: steps each batch is split into (gradients accumulated).
         packing: steps packed into long rows (`bertkit.batching.packing`).
+        unpacked_because: why `training.packing: auto` did not pack (None: it packs, or
+            the recipe said false; `bertkit.batching.packing_choice`).
         packed_row_counts: numbers of packed rows a step may have (None: any).
         fixed_packing_epochs: on an accelerator, the run's epochs: packed steps then all
             have one shape (`PackedSteps.fixed_over` those epochs); 0: not fixed.
@@ -61,6 +63,7 @@ class BatchPlan:
     order: str = "length_buckets"
     micro_batches: int = 1
     packing: bool = False
+    unpacked_because: str | None = None
     packed_row_counts: tuple[int, ...] | None = None
     fixed_packing_epochs: int = 0
     row_multiple: int = 1
@@ -99,7 +102,7 @@ class BatchPlan:
                 f"{training.micro_batches} micro-batches",
                 "micro_batches",
             )
-        why = training.packing and task_class.cannot_pack(options)
+        why = training.packing is True and task_class.cannot_pack(options)
         if why:
             raise error(
                 f"the {task_class.name} task cannot pack rows (packing: true): {why}", "packing"
@@ -123,7 +126,7 @@ class BatchPlan:
                     key=f"training.{key}",
                 )
         processes = process_count()
-        if training.packing and (backend != "jax" or processes > 1):
+        if training.packing is True and (backend != "jax" or processes > 1):
             # a multi-process job cannot train on one device (data_parallel_devices)
             where, or_else = (
                 (f"{processes} processes", "")
@@ -157,31 +160,30 @@ class BatchPlan:
         devices: int = 1,
         buckets=None,
         accelerator: bool = False,
+        packing=None,
     ) -> BatchPlan:
-        """The plan of `recipe`'s run.
-
-        Args:
+        """The plan of `recipe`'s run. Args:
             recipe: a `bertkit.recipes.recipe.Recipe` (its rules were checked when it loaded).
             compiles_each_shape: whether every new input shape compiles a program (JAX,
                 XLA): then steps pad to the buckets only, packed steps have few row counts.
-            row_multiple, devices: as the attributes. buckets: from a features file.
+            row_multiple, devices: as the attributes. buckets: a features file's.
             accelerator: on a GPU or TPU: `accelerator_buckets` (where the recipe sets
                 no `bucket_lengths`) and one packed shape, as each shape compiles there.
+            packing: the run's `bertkit.batching.packing_choice.PackingChoice` (None: packed
+                only where the recipe says `packing: true`).
         """
         training = recipe.training
-        buckets = tuple(
-            buckets or bucket_lengths(recipe.backbone.sequence_length, training.bucket_lengths)
-        )
-        if accelerator and compiles_each_shape and training.bucket_lengths is None:
-            buckets = accelerator_buckets(buckets)
-        packed = compiles_each_shape and training.packing  # into few shapes
+        buckets = _run_buckets(recipe, buckets, accelerator and compiles_each_shape)
+        packs = training.packing is True if packing is None else packing.packs
+        packed = compiles_each_shape and packs  # into few shapes
         return cls(
             batch_size=training.batch_size,
             buckets=buckets,
             pad_lengths=padding_lengths(buckets, compiles_each_shape),
             order=training.batch_order,
             micro_batches=training.micro_batches,
-            packing=training.packing,
+            packing=packs,
+            unpacked_because=packing and packing.why_not,
             packed_row_counts=packed_row_counts(training.batch_size, devices) if packed else None,
             fixed_packing_epochs=training.epochs if packed and accelerator else 0,
             row_multiple=row_multiple,
@@ -217,6 +219,18 @@ class BatchPlan:
     def model_to_fit(self, model, backbone):
         """What `fit` trains: `model`, or with packing the same layers taking packed rows."""
         return self.layout().model_to_fit(model, backbone)
+
+
+def _run_buckets(recipe, buckets, compiling_accelerator: bool) -> tuple[int, ...]:
+    """The bucket lengths of the run (`buckets`: a features file's), or of an accelerator
+    that compiles each shape, `accelerator_buckets` where the recipe sets none."""
+    training = recipe.training
+    buckets = tuple(
+        buckets or bucket_lengths(recipe.backbone.sequence_length, training.bucket_lengths)
+    )
+    if compiling_accelerator and training.bucket_lengths is None:
+        return accelerator_buckets(buckets)
+    return buckets
 
 
 def _replicas_split_the_batch(devices: int, source) -> UserError:

@@ -236,7 +236,7 @@ def _check_feature_based(backbone: BackboneConfig, training: TrainingConfig, ori
     if not backbone.trainable and training.layer_lr_decay not in (None, 1.0):
         message = "false trains no backbone layer: remove training.layer_lr_decay"
         raise origin.error(message, ("backbone", "trainable"))
-    if backbone.features is not None and training.packing:
+    if backbone.features is not None and training.packing is True:
         message = "packed training reads the last layer only: set training.packing to false"
         raise origin.error(message, ("backbone", "features"))
 

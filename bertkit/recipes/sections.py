@@ -249,12 +249,13 @@ class TrainingConfig:
             "each padded to its own bucket; the update is the whole batch's",
         },
     )
-    packing: bool = _field(
-        default=False,
+    packing: bool | Literal["auto"] = _field(
+        default="auto",
         metadata={
             "help": "lay each batch's rows end to end in a few long rows (block-diagonal "
             "attention, positions restart per row): the same update, far less padding; "
-            "tagging and classification; several devices on JAX only"
+            "auto: wherever it can (tagging and classification, one device or JAX in one "
+            "process; otherwise the run says why not); true: an error where it cannot"
         },
     )
     lora: LoraConfig | None = _field(

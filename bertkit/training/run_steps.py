@@ -12,8 +12,7 @@ tool that needs part of a run as `finetune` makes it (the benchmarks time `build
 - `finish`: the best weights, calibration, test metrics, report, artifacts, export.
 
 Example (a tiny random backbone and generated data; 32 rows in batches of 8):
-    >>> import tempfile
-    >>> from pathlib import Path
+    >>> import tempfile; from pathlib import Path
     >>> from bertkit.recipes.recipe import load_recipe
     >>> from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
     >>> folder = Path(tempfile.mkdtemp())
@@ -26,8 +25,8 @@ Example (a tiny random backbone and generated data; 32 rows in batches of 8):
     >>> built = build(recipe, prepare(recipe))  # doctest: +ELLIPSIS
     loading the backbone ...
     featurizing 32 training and 0 validation examples...[UNK]: 0.0% of ... word pieces
-    >>> len(built.batches), built.trained is built.model
-    (4, True)
+    >>> len(built.batches), built.plan.packing, built.trained is built.model  # packed model
+    (4, True, False)
 """
 
 from __future__ import annotations
@@ -131,6 +130,7 @@ def batch_plan(recipe: Recipe, buckets=None):
     """The `BatchPlan` of `recipe`'s run on this backend and these devices."""
     import keras
 
+    from bertkit.batching.packing_choice import run_packing
     from bertkit.batching.plan import BatchPlan
     from bertkit.parallel import distribution
 
@@ -141,7 +141,7 @@ def batch_plan(recipe: Recipe, buckets=None):
     if compiles and training.micro_batches == 1:  # micro-batches have row counts of their own
         rows = distribution.full_batch_rows(training.batch_size)
     where = dict(row_multiple=rows, devices=devices, buckets=buckets)
-    where["accelerator"] = distribution.on_accelerator()
+    where["accelerator"], where["packing"] = distribution.on_accelerator(), run_packing(recipe)
     return BatchPlan.from_recipe(recipe, compiles_each_shape=compiles, **where)
 
 

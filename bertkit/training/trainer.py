@@ -270,6 +270,7 @@ class _Trainer:
             _note_small_data(recipe, data, run)
         built = run_steps.build(recipe, data, phases=phases)
         if settings.writes:
+            _note_packing(built.plan, run)
             with phases("build_model"):
                 save_architecture(data.pretrained, run.model_dir)
                 run.write_task_description(data.description)
@@ -299,6 +300,18 @@ class _Trainer:
         if self.settings.resuming and run.task_file.exists():
             return read_json(run.task_file)["state"]
         return None
+
+
+def _note_packing(plan, run: RunDirectory) -> None:
+    """Whether training packs, in `run.json` (`packing`), and a status line where
+    `training.packing: auto` did not pack, naming why."""
+    from bertkit.progress import say
+
+    record = {"packed": plan.packing}
+    if plan.unpacked_because:
+        record["why_not"] = plan.unpacked_because
+        say(f"training unpacked (training.packing: auto): {plan.unpacked_because}")
+    run.set_status(RUNNING, packing=record)
 
 
 def _note_small_data(recipe: Recipe, data: TaskData, run: RunDirectory) -> None:

@@ -372,9 +372,7 @@ def test_top_k_over_the_labels_gives_every_label(servers):
     assert status == 200 and len(answer["predictions"][0]["top_k"]) == 2
 
 
-def test_a_signal_that_a_library_swallows_while_loading_still_stops_the_server(
-    runs, monkeypatch
-):
+def test_a_signal_that_a_library_swallows_while_loading_still_stops_the_server(runs, monkeypatch):
     from bertkit.serving import server
 
     def load_that_swallows_signals(run_dir, embed):

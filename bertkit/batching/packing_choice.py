@@ -70,7 +70,9 @@ def devices_cannot_pack(backend: str, devices: int, processes: int = 1) -> str |
     if processes > 1:
         return f"packed batches train in one process, not {processes}"
     if backend != "jax" and devices > 1:
-        return f"packed batches train over several devices on JAX in one process, not with {backend}"
+        return (
+            f"packed batches train over several devices on JAX in one process, not with {backend}"
+        )
     return None
 
 

@@ -12,7 +12,7 @@ import pytest
 import bertkit
 from bertkit.batching.packing import pack_batch, pack_lengths, packing_width
 from bertkit.batching.packing_choice import PackingChoice, choose_packing
-from bertkit.batching.plan import BatchPlan
+from bertkit.batching.plan import BatchPlan, batch_order
 from bertkit.errors import UserError
 from bertkit.model.packed_backbone import PositionsById, packed_training_model
 from bertkit.padding import bucket_lengths, pad_batch, padding_lengths
@@ -415,10 +415,25 @@ def test_a_run_with_auto_is_the_run_with_packing_true(tmp_path):
         recipe = tiny_classification_recipe(tmp_path, packing=setting)
         bertkit.finetune(recipe, output_dir=folder, verbose=0)
         metrics = json.loads((folder / "metrics.json").read_text())
-        packing = json.loads((folder / "run.json").read_text())["packing"]
-        runs[setting] = ([epoch["loss"] for epoch in metrics["epochs"]], packing)
+        status = json.loads((folder / "run.json").read_text())
+        runs[setting] = (
+            [epoch["loss"] for epoch in metrics["epochs"]],
+            status["packing"],
+            status["batch_order"],
+        )
     assert runs["auto"] == runs[True]
     assert runs["auto"][1] == {"packed": True}
+    assert runs["auto"][2] == "random"  # batch_order: auto, packed
+
+
+def test_auto_batch_order_is_random_where_batches_pack_or_split():
+    assert batch_order("auto", packs=True) == "random"
+    assert batch_order("auto", packs=False, micro_batches=4) == "random"
+    assert batch_order("auto", packs=False) == "length_buckets"
+    assert batch_order("length_buckets", packs=True) == "length_buckets"  # the recipe's word
+    with pytest.raises(UserError, match="micro_batches needs batch_order: random"):
+        load_recipe(recipe_with(micro_batches=2, batch_order="length_buckets"))
+    assert load_recipe(recipe_with(micro_batches=2)).training.batch_order == "auto"
 
 
 def test_a_run_that_auto_leaves_unpacked_says_why(tmp_path, capsys):

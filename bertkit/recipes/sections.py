@@ -234,11 +234,12 @@ class TrainingConfig:
             "...: fewer programs to compile)",
         },
     )
-    batch_order: Literal["length_buckets", "random"] = _field(
-        default="length_buckets",
+    batch_order: Literal["auto", "length_buckets", "random"] = _field(
+        default="auto",
         metadata={
             "help": "length_buckets: each batch from one bucket (least padding); random: "
-            "rows drawn at random, as transformers' Trainer does"
+            "rows drawn at random, as transformers' Trainer does; auto: random where "
+            "training packs or splits micro-batches (no padding to save), else length_buckets"
         },
     )
     micro_batches: int = _field(

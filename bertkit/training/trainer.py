@@ -303,15 +303,15 @@ class _Trainer:
 
 
 def _note_packing(plan, run: RunDirectory) -> None:
-    """Whether training packs, in `run.json` (`packing`), and a status line where
-    `training.packing: auto` did not pack, naming why."""
+    """Whether training packs and the batches' order, in `run.json` (`packing`,
+    `batch_order`), and a status line where `training.packing: auto` did not pack, naming why."""
     from bertkit.progress import say
 
     record = {"packed": plan.packing}
     if plan.unpacked_because:
         record["why_not"] = plan.unpacked_because
         say(f"training unpacked (training.packing: auto): {plan.unpacked_because}")
-    run.set_status(RUNNING, packing=record)
+    run.set_status(RUNNING, packing=record, batch_order=plan.order)
 
 
 def _note_small_data(recipe: Recipe, data: TaskData, run: RunDirectory) -> None:

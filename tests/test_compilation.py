@@ -177,7 +177,7 @@ def test_on_an_accelerator_short_batches_are_filled_to_full_ones(monkeypatch, tm
                     "sequence_length": 32,
                 },
                 "data": {"train": "train.tsv"},
-                "training": {"batch_size": 8, "jit_compile": True},
+                "training": {"batch_size": 8, "jit_compile": True, "packing": False},
             }
         )
     )

@@ -152,8 +152,9 @@ def recipe(**training):
 
 def test_micro_batches_need_random_order_and_fit_in_a_batch():
     with pytest.raises(UserError, match="micro_batches needs batch_order: random") as error:
-        load_recipe(recipe(micro_batches=4))
+        load_recipe(recipe(batch_order="length_buckets", micro_batches=4))
     assert error.value.key == "training.micro_batches"
+    assert load_recipe(recipe(micro_batches=4)).training.batch_order == "auto"  # random
     with pytest.raises(UserError, match="cannot split batches of 2 rows into 4"):
         load_recipe(recipe(batch_order="random", batch_size=2, micro_batches=4))
     loaded = load_recipe(recipe(batch_order="random", micro_batches=4))

@@ -162,15 +162,15 @@ class BatchPlan:
         accelerator: bool = False,
         packing=None,
     ) -> BatchPlan:
-        """The plan of `recipe`'s run. Args:
-        recipe: a `bertkit.recipes.recipe.Recipe` (its rules were checked when it loaded).
-        compiles_each_shape: whether every new input shape compiles a program (JAX,
-            XLA): then steps pad to the buckets only, packed steps have few row counts.
-        row_multiple, devices: as the attributes. buckets: a features file's.
-        accelerator: on a GPU or TPU: `accelerator_buckets` (where the recipe sets
-            no `bucket_lengths`) and one packed shape, as each shape compiles there.
-        packing: the run's `bertkit.batching.packing_choice.PackingChoice` (None: packed
-            only where the recipe says `packing: true`).
+        """The plan of `recipe`'s run.
+
+        Args:
+            recipe: a `bertkit.recipes.recipe.Recipe` (its rules were checked when it loaded).
+            compiles_each_shape: each new input shape compiles a program (JAX, XLA).
+            row_multiple, devices: as the attributes. buckets: a features file's.
+            accelerator: on a GPU or TPU (`accelerator_buckets`, one packed shape).
+            packing: the run's `bertkit.batching.packing_choice.PackingChoice` (None: packed
+                only where the recipe says `packing: true`).
         """
         training = recipe.training
         buckets = _run_buckets(recipe, buckets, accelerator and compiles_each_shape)

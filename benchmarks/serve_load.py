@@ -128,21 +128,24 @@ def direct_rows(args, texts: list) -> list[dict]:
         timed_calls(
             "SavedModel, called directly", lambda t: serve(text=tf.constant([t])), one, accuracy
         ),
-        timed_calls(
-            "bertkit.load(RUN).predict, directly", lambda t: model.predict([t]), one, accuracy
-        ),
-        timed_calls(
-            f"bertkit.load(RUN).predict, directly, batches of {args.batch}",
-            model.predict,
-            batches(texts, args.requests, args.batch),
-            accuracy,
-            sentences=args.requests // args.batch * args.batch,
-        ),
+        timed_calls("bertkit.load(RUN).predict, directly", one_sentence(model), one, accuracy),
+        batched_row("bertkit.load(RUN).predict, directly", model, args, texts, accuracy),
     ]
 
 
 def one_sentence(model):
     return lambda text: model.predict([text])
+
+
+def batched_row(name: str, model, args, texts: list, accuracy) -> dict:
+    """`model.predict` timed on batches of `--batch` sentences (the model's own throughput)."""
+    return timed_calls(
+        f"{name}, batches of {args.batch}",
+        model.predict,
+        batches(texts, args.requests, args.batch),
+        accuracy,
+        sentences=args.requests // args.batch * args.batch,
+    )
 
 
 def batches(texts: list, count: int, size: int) -> list[list]:
@@ -171,15 +174,7 @@ def onnx_rows(args, texts: list, work: Path) -> list[dict]:
         accuracy = evaluate_onnx(finetuned, folder / "model.onnx")[finetuned.task.monitor]
         model = OnnxModel.load(folder)
         rows.append(timed_calls(f"{name}, OnnxModel.predict", one_sentence(model), one, accuracy))
-        rows.append(
-            timed_calls(
-                f"{name}, OnnxModel.predict, batches of {args.batch}",
-                model.predict,
-                batches(texts, args.requests, args.batch),
-                accuracy,
-                sentences=args.requests // args.batch * args.batch,
-            )
-        )
+        rows.append(batched_row(f"{name}, OnnxModel.predict", model, args, texts, accuracy))
     int8 = folders["ONNX int8"]
     rows += served_rows(
         "bertkit serve ONNX_DIR (int8)", int8, [], texts, args, rows[-1]["accuracy"]

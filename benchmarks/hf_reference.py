@@ -41,9 +41,12 @@ optimizers are the same.
          `epochs_trained` and `dev_scores_by_epoch`. (No learned-nothing floor as bertkit's:
          transformers' patience counts from the first epoch.)
 
-    classify: `BertForSequenceClassification` on GLUE-style TSVs (`sentence`, `label`),
+    classify: `BertForSequenceClassification` on GLUE-style TSVs (a `--text` column,
+         `sentence` by default, a `--text-pair` column for pair tasks such as RTE, and
+         `label`: GLUE's digits, or names, numbered in sorted order as `labels` lists),
          dynamic padding; writes the dev predictions after every epoch
-         (`dev_predictions_by_epoch`) and the dev labels. `--eval-each-epoch` gives ner the
+         (`dev_predictions_by_epoch`), the dev labels and, with `--test`, the kept model's
+         test predictions and labels. `--eval-each-epoch` gives ner the
          same per-epoch dev tags (`benchmarks/learning_curve.py`).
 
     replay: `benchmarks/training_parity.py`'s reference: trains `BertForTokenClassification`
@@ -140,6 +143,19 @@ def read_sentences(path) -> list[tuple[str, int]]:
     with open(path, encoding="utf-8", newline="") as handle:
         rows = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
         return [(row["sentence"], int(row["label"])) for row in rows]
+
+
+def read_labelled_texts(path, text: str, pair: str | None) -> list[tuple[str, str | None, str]]:
+    """(text, second text or None, label) per row of a GLUE-style TSV (columns named)."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        rows = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        return [(row[text], row[pair] if pair else None, row["label"]) for row in rows]
+
+
+def label_order(labels) -> list[str]:
+    """The label set in id order: numerically for GLUE's digit labels, else sorted."""
+    names = set(labels)
+    return sorted(names, key=int) if all(n.isdigit() for n in names) else sorted(names)
 
 
 # ---- NER features (run_ner's tokenize_and_align_labels)
@@ -510,44 +526,50 @@ def run_ner(args, tokenizer) -> dict:
 
 
 def run_classify(args, tokenizer) -> dict:
-    """`BertForSequenceClassification` on `sentence`/`label` TSVs; dev predictions per epoch."""
-    train_rows = read_sentences(args.train)
-    dev_rows = read_sentences(args.dev)
-    num_labels = max(2, 1 + max(label for _, label in train_rows))
+    """`BertForSequenceClassification` on GLUE-style TSVs (`--text`, `--text-pair`,
+    `label` columns); dev predictions per epoch, and (`--test`) the kept model's on test."""
+    rows = {
+        split: read_labelled_texts(path, args.text, args.text_pair)
+        for split, path in (("train", args.train), ("dev", args.dev), ("test", args.test))
+        if path
+    }
+    labels = label_order(label for _, _, label in rows["train"])
+    ids = {name: i for i, name in enumerate(labels)}
     model = transformers.BertForSequenceClassification.from_pretrained(
-        args.model, num_labels=num_labels
+        args.model, num_labels=max(2, len(labels))
     )
     collator = transformers.DataCollatorWithPadding(tokenizer)
 
-    def encode(rows, with_labels):
-        encoded = tokenizer([text for text, _ in rows], truncation=True, max_length=args.max_length)
+    def encode(split, with_labels):
+        texts = [text for text, _, _ in rows[split]]
+        pairs = [pair for _, pair, _ in rows[split]] if args.text_pair else None
+        encoded = tokenizer(texts, pairs, truncation=True, max_length=args.max_length)
         return [
             {key: encoded[key][i] for key in encoded.keys()}
-            | ({"labels": label} if with_labels else {})
-            for i, (_, label) in enumerate(rows)
+            | ({"labels": ids[label]} if with_labels else {})
+            for i, (_, _, label) in enumerate(rows[split])
         ]
 
-    dev = encode(dev_rows, with_labels=False)
-
-    def dev_predictions(epoch=None):
-        logits = predict(model, dev, collator, 2 * args.batch_size, ["logits"])["logits"]
+    def predictions(features):
+        logits = predict(model, features, collator, 2 * args.batch_size, ["logits"])["logits"]
         return [int(np.argmax(row)) for row in logits]
 
+    dev = encode("dev", with_labels=False)
+    gold = {split: [ids.get(label, -1) for _, _, label in found] for split, found in rows.items()}
     by_epoch, keep = [], KeepBest(model, args.patience) if args.patience else None
-    labels = [label for _, label in dev_rows]
 
     def after_epoch(epoch):
-        by_epoch.append(dev_predictions())
-        accuracy = np.mean(np.array(by_epoch[-1]) == np.array(labels))
+        by_epoch.append(predictions(dev))
+        accuracy = np.mean(np.array(by_epoch[-1]) == np.array(gold["dev"]))
         return keep is not None and keep(epoch, float(accuracy))
 
-    result = train(
-        model, encode(train_rows, with_labels=True), collator, args, after_epoch=after_epoch
-    )
+    result = train(model, encode("train", with_labels=True), collator, args, after_epoch)
     if keep is not None:
         result.update(keep.restore())
-    result["dev_predictions_by_epoch"] = by_epoch
-    result["dev_labels"] = labels
+    result.update(dev_predictions_by_epoch=by_epoch, dev_labels=gold["dev"], labels=labels)
+    if args.test:
+        result["test_predictions"] = predictions(encode("test", with_labels=False))
+        result["test_labels"] = gold["test"]
     return result
 
 
@@ -769,6 +791,9 @@ def main():
     )
     classify = commands.add_parser("classify", help="text classification on GLUE-style TSVs")
     classify.add_argument("--dev", required=True)
+    classify.add_argument("--test", help="also classify this file with the kept model")
+    classify.add_argument("--text", default="sentence", help="the text column")
+    classify.add_argument("--text-pair", help="the second text's column (pair tasks)")
     replay = commands.add_parser("replay", help="train on bertkit's batches (training_parity)")
     replay.add_argument("--batches", required=True, help="the .npz training_parity.py writes")
     replay.add_argument("--dev", required=True)

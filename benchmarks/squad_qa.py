@@ -98,7 +98,7 @@ def parse_arguments():
         "--batch-order",
         choices=["length_buckets", "random"],
         default=None,
-        help="bertkit's training.batch_order (default: the recipe default, length_buckets)",
+        help="bertkit's training.batch_order (default: the recipe default, auto: random)",
     )
     parser.add_argument(
         "--only", choices=["bertkit", "reference"], default=None, help="run one contender"

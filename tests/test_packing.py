@@ -426,11 +426,9 @@ def test_a_run_with_auto_is_the_run_with_packing_true(tmp_path):
     assert runs["auto"][2] == "random"  # batch_order: auto, packed
 
 
-def test_auto_batch_order_is_random_where_batches_pack_or_split():
-    assert batch_order("auto", packs=True) == "random"
-    assert batch_order("auto", packs=False, micro_batches=4) == "random"
-    assert batch_order("auto", packs=False) == "length_buckets"
-    assert batch_order("length_buckets", packs=True) == "length_buckets"  # the recipe's word
+def test_auto_batch_order_is_random_and_the_recipes_word_wins():
+    assert batch_order("auto") == "random"
+    assert batch_order("length_buckets") == "length_buckets"
     with pytest.raises(UserError, match="micro_batches needs batch_order: random"):
         load_recipe(recipe_with(micro_batches=2, batch_order="length_buckets"))
     assert load_recipe(recipe_with(micro_batches=2)).training.batch_order == "auto"

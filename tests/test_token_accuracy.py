@@ -1,7 +1,7 @@
 import keras
 import numpy as np
 
-from bertkit.token_accuracy import LabelledTokenAccuracy
+from bertkit.metrics.token_accuracy import LabelledTokenAccuracy
 
 
 def test_compiled_metric_counts_each_labelled_piece_once_whatever_the_weight_scale():

@@ -180,7 +180,7 @@ class BatchPlan:
             batch_size=training.batch_size,
             buckets=buckets,
             pad_lengths=padding_lengths(buckets, compiles_each_shape),
-            order=batch_order(training.batch_order, packs, training.micro_batches),
+            order=batch_order(training.batch_order),
             micro_batches=training.micro_batches,
             packing=packs,
             unpacked_because=packing and packing.why_not,
@@ -221,19 +221,19 @@ class BatchPlan:
         return self.layout().model_to_fit(model, backbone)
 
 
-def batch_order(setting: str, packs: bool, micro_batches: int = 1) -> str:
+def batch_order(setting: str) -> str:
     """The order of a run's batches for `training.batch_order` = `setting`: `auto` is
-    random where the batch is packed or split into micro-batches by length (random rows
-    then cost no padding, and scored up to 4.8 CoNLL-2003 F1 more than length buckets,
-    docs/benchmarks/accuracy.md), else length_buckets (the least padding).
+    random, as transformers' Trainer draws rows, for every task. Length buckets pad least
+    where a batch is not packed, but scored 4.8 CoNLL-2003 F1 less at 1,000 sentences and
+    5.5 SQuAD F1 less at 4,000 questions (docs/benchmarks/accuracy.md): the few updates of
+    a small budget learn worse from batches of rows of one length. `length_buckets` stays a
+    choice for speed.
 
     Example:
-        >>> batch_order("auto", packs=True), batch_order("auto", packs=False)
+        >>> batch_order("auto"), batch_order("length_buckets")
         ('random', 'length_buckets')
     """
-    if setting != "auto":
-        return setting
-    return "random" if packs or micro_batches > 1 else "length_buckets"
+    return "random" if setting == "auto" else setting
 
 
 def _run_buckets(recipe, buckets, compiling_accelerator: bool) -> tuple[int, ...]:

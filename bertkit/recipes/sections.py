@@ -238,8 +238,8 @@ class TrainingConfig:
         default="auto",
         metadata={
             "help": "length_buckets: each batch from one bucket (least padding); random: "
-            "rows drawn at random, as transformers' Trainer does; auto: random where "
-            "training packs or splits micro-batches (no padding to save), else length_buckets"
+            "rows drawn at random, as transformers' Trainer does; auto: random for every task "
+            "(length buckets scored less at small budgets: docs/training/overview.md)"
         },
     )
     micro_batches: int = _field(

@@ -71,9 +71,9 @@ class EmbeddingTask(Task):
     The batch is mnrl's set of negatives, so `loss_spans_batch`: micro-batches are refused,
     and so are several TensorFlow devices (each replica's loss would see its own shard); on
     JAX the loss of a data-parallel batch is the whole batch's. The batch order is the
-    recipe's: length buckets draw a batch's rows at random among rows of one padded length,
-    so negatives are of similar length, which makes length no cue (not easier negatives);
-    `batch_order: random` draws them as sentence-transformers does.
+    recipe's: the default draws rows at random, as sentence-transformers does;
+    `batch_order: length_buckets` draws a batch's rows among rows of one padded length, so
+    negatives are of similar length, which makes length no cue (not easier negatives).
     """
 
     name = "embedding"
@@ -166,12 +166,8 @@ class EmbeddingTask(Task):
         ]
 
     def evaluate(self, examples, predictions):
-        from bertkit_tasks.embedding.retrieval_metrics import (
-            paired_cosines,
-            pearson,
-            retrieval_metrics,
-            spearman,
-        )
+        from bertkit.metrics.correlation import pearson, spearman
+        from bertkit_tasks.embedding.retrieval_metrics import paired_cosines, retrieval_metrics
 
         anchors = np.array([p["embedding"] for p in predictions])
         positives = np.array([p["positive_embedding"] for p in predictions])

@@ -401,7 +401,7 @@ class MaskedLMTask(Task):
     def metrics(self):
         import keras
 
-        from bertkit.token_accuracy import LabelledTokenAccuracy
+        from bertkit.metrics.token_accuracy import LabelledTokenAccuracy
 
         # shown as mlm_accuracy, nsp_accuracy; unused mask slots have the weight 0
         metrics = {"mlm": [LabelledTokenAccuracy(name="accuracy")]}

@@ -314,7 +314,7 @@ class TaggingTask(Task):
             return keras.ops.convert_to_numpy(layer.transitions)
 
     def metrics(self):
-        from bertkit.token_accuracy import LabelledTokenAccuracy
+        from bertkit.metrics.token_accuracy import LabelledTokenAccuracy
 
         return [LabelledTokenAccuracy()]
 

@@ -256,7 +256,7 @@ def run_bertkit(recipe: dict, workdir: Path) -> dict:
 def run_reference(python: str, command: str, arguments: dict, workdir: Path) -> dict:
     """Runs `hf_reference.py COMMAND` in `python`; its result JSON and wall seconds.
 
-    A list value gives its option several arguments (`qa --eval A B`)."""
+    A list value gives its option several arguments (`qa --eval A B`), True a flag alone."""
     out = workdir / f"reference-{command}.json"
     argv = [
         python,
@@ -269,7 +269,13 @@ def run_reference(python: str, command: str, arguments: dict, workdir: Path) -> 
             for key, value in arguments.items()
             for item in (
                 f"--{key.replace('_', '-')}",
-                *(map(str, value) if isinstance(value, list) else [str(value)]),
+                *(
+                    map(str, value)
+                    if isinstance(value, list)
+                    else []
+                    if value is True
+                    else [str(value)]
+                ),
             )
         ),
     ]

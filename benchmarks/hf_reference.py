@@ -46,7 +46,9 @@ optimizers are the same.
          `label`: GLUE's digits, or names, numbered in sorted order as `labels` lists),
          dynamic padding; writes the dev predictions after every epoch
          (`dev_predictions_by_epoch`), the dev labels and, with `--test`, the kept model's
-         test predictions and labels. `--eval-each-epoch` gives ner the
+         test predictions and labels. `--regression` trains a numeric `label` (STS-B) as
+         run_glue does: one output, `problem_type="regression"`, MSE on the raw targets, the
+         kept epoch by dev Spearman. `--eval-each-epoch` gives ner the
          same per-epoch dev tags (`benchmarks/learning_curve.py`).
 
     replay: `benchmarks/training_parity.py`'s reference: trains `BertForTokenClassification`
@@ -527,17 +529,26 @@ def run_ner(args, tokenizer) -> dict:
 
 def run_classify(args, tokenizer) -> dict:
     """`BertForSequenceClassification` on GLUE-style TSVs (`--text`, `--text-pair`,
-    `label` columns); dev predictions per epoch, and (`--test`) the kept model's on test."""
+    `label` columns); dev predictions per epoch, and (`--test`) the kept model's on test.
+    With `--regression`: one output, `problem_type="regression"` (MSE on the raw targets,
+    as run_glue trains STS-B), float predictions, the kept epoch by dev Spearman."""
     rows = {
         split: read_labelled_texts(path, args.text, args.text_pair)
         for split, path in (("train", args.train), ("dev", args.dev), ("test", args.test))
         if path
     }
-    labels = label_order(label for _, _, label in rows["train"])
-    ids = {name: i for i, name in enumerate(labels)}
-    model = transformers.BertForSequenceClassification.from_pretrained(
-        args.model, num_labels=max(2, len(labels))
-    )
+    if args.regression:
+        labels, target = ["score"], float
+        model = transformers.BertForSequenceClassification.from_pretrained(
+            args.model, num_labels=1, problem_type="regression"
+        )
+    else:
+        labels = label_order(label for _, _, label in rows["train"])
+        ids = {name: i for i, name in enumerate(labels)}
+        target = lambda label: ids.get(label, -1)  # noqa: E731
+        model = transformers.BertForSequenceClassification.from_pretrained(
+            args.model, num_labels=max(2, len(labels))
+        )
     collator = transformers.DataCollatorWithPadding(tokenizer)
 
     def encode(split, with_labels):
@@ -546,22 +557,25 @@ def run_classify(args, tokenizer) -> dict:
         encoded = tokenizer(texts, pairs, truncation=True, max_length=args.max_length)
         return [
             {key: encoded[key][i] for key in encoded.keys()}
-            | ({"labels": ids[label]} if with_labels else {})
+            | ({"labels": target(label)} if with_labels else {})
             for i, (_, _, label) in enumerate(rows[split])
         ]
 
     def predictions(features):
         logits = predict(model, features, collator, 2 * args.batch_size, ["logits"])["logits"]
+        if args.regression:
+            return [float(row[0]) for row in logits]
         return [int(np.argmax(row)) for row in logits]
 
     dev = encode("dev", with_labels=False)
-    gold = {split: [ids.get(label, -1) for _, _, label in found] for split, found in rows.items()}
+    gold = {split: [target(label) for _, _, label in found] for split, found in rows.items()}
     by_epoch, keep = [], KeepBest(model, args.patience) if args.patience else None
 
     def after_epoch(epoch):
         by_epoch.append(predictions(dev))
-        accuracy = np.mean(np.array(by_epoch[-1]) == np.array(gold["dev"]))
-        return keep is not None and keep(epoch, float(accuracy))
+        predicted, wanted = np.array(by_epoch[-1]), np.array(gold["dev"])
+        score = spearman(predicted, wanted) if args.regression else np.mean(predicted == wanted)
+        return keep is not None and keep(epoch, float(score))
 
     result = train(model, encode("train", with_labels=True), collator, args, after_epoch)
     if keep is not None:
@@ -571,6 +585,19 @@ def run_classify(args, tokenizer) -> dict:
         result["test_predictions"] = predictions(encode("test", with_labels=False))
         result["test_labels"] = gold["test"]
     return result
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation (average ranks for ties, as SciPy's)."""
+
+    def ranks(values):
+        order = np.argsort(values, kind="stable")
+        ranked = np.empty(len(values))
+        ranked[order] = np.arange(1, len(values) + 1)
+        _, group, counts = np.unique(values, return_inverse=True, return_counts=True)
+        return np.bincount(group, weights=ranked)[group] / counts[group]
+
+    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
 
 
 def run_qa(args, tokenizer) -> dict:
@@ -794,6 +821,9 @@ def main():
     classify.add_argument("--test", help="also classify this file with the kept model")
     classify.add_argument("--text", default="sentence", help="the text column")
     classify.add_argument("--text-pair", help="the second text's column (pair tasks)")
+    classify.add_argument(
+        "--regression", action="store_true", help="a numeric `label`: one output, MSE (STS-B)"
+    )
     replay = commands.add_parser("replay", help="train on bertkit's batches (training_parity)")
     replay.add_argument("--batches", required=True, help="the .npz training_parity.py writes")
     replay.add_argument("--dev", required=True)

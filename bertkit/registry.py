@@ -33,6 +33,18 @@ def _entry_points() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 
+def _name_taken_twice(name: str) -> str | None:
+    """Why task `name` cannot be used when two distributions declare it (neither may
+    silently win: a run would train one and be reloaded as the other), else None."""
+    declared = {
+        (ep.value, _distribution(ep)) for ep in entry_points(group=GROUP) if ep.name == name
+    }
+    if len(declared) < 2:
+        return None
+    both = " and ".join(f"{value} from {dist}" for value, dist in sorted(declared))
+    return f"task '{name}' is declared twice ({both}): uninstall one of them"
+
+
 def task_names() -> list[str]:
     """Names of the installed tasks, without importing any of them."""
     return sorted(_entry_points())
@@ -65,7 +77,9 @@ def load_task(name: str, *, source=None, line=None, key="task"):
             line=line,
             key=key,
         )
-    ep = points[name]
+    ep, twice = points[name], _name_taken_twice(name)
+    if twice:
+        raise UserError(twice, source=source, line=line, key=key)
     try:
         task_class = ep.load()
     except Exception as error:  # a broken plugin must not take the CLI down with a traceback
@@ -83,6 +97,10 @@ def describe_tasks() -> list[TaskInfo]:
     """Every installed task with its description, or the error that kept it from loading."""
     infos = []
     for name, ep in sorted(_entry_points().items()):
+        twice = _name_taken_twice(name)
+        if twice:
+            infos.append(TaskInfo(name, ep.value, _distribution(ep), error=twice))
+            continue
         try:
             task_class = ep.load()
             description = (getattr(task_class, "description", "") or "").strip()

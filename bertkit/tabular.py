@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from bertkit.errors import UserError
 from bertkit.files import (
     arrives_over_time,
+    input_text,
     kind_from_name,
     numbered_lines,
     predict_inputs,
@@ -124,6 +125,51 @@ def prediction_inputs(
     else:
         inputs = predict_inputs(path)
     return inputs if arrives_over_time(path) else list(inputs)
+
+
+def text_and_pair(value, text: str = "text", pair: str | None = None) -> tuple:
+    """(text, text pair or None) of one prediction input of a task that reads a text or a
+    text pair: a text, a [text, text_pair] pair, or an object with the data's `text` /
+    `pair` column names (or "text" / "text_pair"). With `pair` set the input must be a
+    pair, without it a single text: the model was trained on one or the other. The texts
+    are checked with `bertkit.files.input_text`.
+
+    Example:
+        >>> text_and_pair({"sentence1": "a cat", "sentence2": "a dog"}, "sentence1", "sentence2")
+        ('a cat', 'a dog')
+        >>> text_and_pair(["a cat", "a dog"])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        bertkit.errors.UserError: this model reads single texts: expected a text or ...
+    """
+    first, second = _text_fields(value, text, pair)
+    if pair and second is None:  # its featurizer needs both
+        raise UserError(
+            f"this model reads text pairs: expected a [text, text_pair] pair or an object "
+            f"with '{text}' and '{pair}', got {value!r:.80}"
+        )
+    if not pair and second is not None:  # never trained on two
+        raise UserError(
+            f"this model reads single texts: expected a text or an object with "
+            f"'{text}', got a pair {value!r:.80}"
+        )
+    input_text(first, text)
+    return first, None if second is None else input_text(second, pair)
+
+
+def _text_fields(value, text: str, pair: str | None) -> tuple:
+    if isinstance(value, str):
+        return value, None
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        if not all(isinstance(item, str) for item in value):  # ["a", null] is no pair
+            raise UserError(f"a [text, text_pair] pair must be two texts, got {value!r:.80}")
+        return value[0], value[1]
+    if isinstance(value, dict):
+        first = value.get(text, value.get("text"))
+        if isinstance(first, str):
+            return first, value.get(pair or "text_pair", value.get("text_pair"))
+    raise UserError(
+        f"expected a text, a [text, text_pair] pair or an object with '{text}', got {value!r:.80}"
+    )
 
 
 def _cell(row: dict, name: str, path, line: int):

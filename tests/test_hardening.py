@@ -256,7 +256,7 @@ def test_predict_gives_one_output_per_input_line(finished):
     assert "label" in outputs[0] and "label" in outputs[5]
     assert outputs[1] == {"error": "input 2: empty input"}
     assert outputs[2] == {  # a single-text model
-        "error": "input 3: this model classifies single texts: expected a text or an object "
+        "error": "input 3: this model reads single texts: expected a text or an object "
         "with 'sentence', got a pair {'text': 'ok', 'text_pair': 7}"
     }
     assert outputs[3] == {"error": "input 4: 'text' is not valid Unicode (a lone surrogate)"}
@@ -741,7 +741,7 @@ def outputs_of(result):
 
 
 PAIR_ERROR = (
-    "this model classifies text pairs: expected a [text, text_pair] pair or an object "
+    "this model reads text pairs: expected a [text, text_pair] pair or an object "
     "with 'premise' and 'hypothesis', got 'a single text'"
 )
 
@@ -760,7 +760,7 @@ def test_python_predict_reports_a_plain_text_given_to_a_pair_model(pair_run):
     outputs = model.predict(["a single text", ["p", "h"]], errors="report")
     assert outputs[0] == {"error": f"input 1: {PAIR_ERROR}"}
     assert outputs[1] == model.predict([["p", "h"]])[0]
-    with pytest.raises(UserError, match=r"^input 1: this model classifies text pairs"):
+    with pytest.raises(UserError, match=r"^input 1: this model reads text pairs"):
         model.predict(["a single text"])
 
 

@@ -56,6 +56,10 @@ def site(tmp_path_factory):
     (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 1.0\n")
     (broken / "entry_points.txt").write_text("[bertkit.tasks]\nbroken = broken_plugin:Task\n")
     (site / "broken_plugin.py").write_text("raise ImportError('needs a missing library')\n")
+    twice = site / "twice_plugin-1.0.dist-info"  # a built-in task's name, declared again
+    twice.mkdir()
+    (twice / "METADATA").write_text("Metadata-Version: 2.1\nName: twice-plugin\nVersion: 1.0\n")
+    (twice / "entry_points.txt").write_text("[bertkit.tasks]\nmlm = twice_plugin:Task\n")
     return site
 
 
@@ -63,12 +67,24 @@ def test_tasks_lists_plugins_and_reports_a_broken_one(site):
     result = bertkit_cli(["tasks"], site)
     assert result.returncode == 0, result.stderr
     lines = {line.split()[0]: line for line in result.stdout.splitlines()}
-    assert "[bertkit-regression 0.1.0]" in lines["regression"]
+    assert "[bertkit-regression 0.1.0]" in lines["text_score"]
     assert "classification" in lines
     assert lines["broken"] == (
         "broken           FAILED TO LOAD (broken_plugin:Task, from "
         "broken-plugin 1.0): ImportError: needs a missing library"
     )
+
+
+def test_a_task_name_two_distributions_declare_is_refused_for_both(site, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("schema: 1\ntask: mlm\nbackbone: {preset: x}\ndata: {train: t.txt}\n")
+    result = bertkit_cli(["check", str(recipe)], site)
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+    assert f"{recipe}:2: task: task 'mlm' is declared twice (" in result.stderr
+    assert "twice_plugin:Task from twice-plugin 1.0" in result.stderr
+    assert result.stderr.endswith("uninstall one of them\n")
+    listed = bertkit_cli(["tasks"], site).stdout
+    assert "task 'mlm' is declared twice" in listed
 
 
 def test_broken_plugin_is_a_one_line_user_error(site, tmp_path):
@@ -92,7 +108,7 @@ def test_example_plugin_trains_and_predicts_from_the_command_line(site, tmp_path
         yaml.safe_dump(
             {
                 "schema": 1,
-                "task": "regression",
+                "task": "text_score",
                 "backbone": {"preset": "./ckpt", "sequence_length": 16},
                 "data": {"train": "train.tsv", "validation": "train.tsv"},
                 "training": {"epochs": 3, "batch_size": 8, "learning_rate": 3e-3},
@@ -115,7 +131,7 @@ def test_example_plugin_passes_the_contract_test(site, tmp_path, monkeypatch):
     rows = ["text\tscore"] + [f"{'good ' * (i % 4)}film\t{i % 4}" for i in range(32)]
     (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
     run_task_contract_test(
-        "regression",
+        "text_score",
         tmp_path / "train.tsv",
         directory=tmp_path,
         inputs=["good good film", "film"],

@@ -252,7 +252,7 @@ BAD_REQUESTS = [  # (body, status, the error's words)
     (b'{"inputs": ["a", null]}', 422, "input 2: empty input"),
     (b'{"inputs": [{"sentence": "ok", "text_pair": 7}]}', 422, "input 1: "),
     (b'{"inputs": ["a\\u0000b"]}', 422, "input 1: a NUL byte"),
-    (b'{"inputs": [["a", "b"]]}', 422, "input 1: this model classifies single texts"),
+    (b'{"inputs": [["a", "b"]]}', 422, "input 1: this model reads single texts"),
     (MEGABYTE_TEXT.encode(), 422, "input 1: longer than 100,000 characters (1,000,000)"),
     (json.dumps({"inputs": ["ok"] * 10_000}).encode(), 413, "10,000 inputs, over the limit"),
     (json.dumps({"inputs": ["word " * 19_000] * 11}).encode(), 413, "over the limit of 1,000,000"),
@@ -279,7 +279,7 @@ def test_bad_requests_are_one_json_line_and_the_server_serves_on(servers):
 def test_a_single_text_to_a_pair_model_is_a_422(servers):
     status, body = servers["pairs"].request("POST", "/predict", b'{"inputs": ["one text"]}')
     assert status == 422
-    assert json.loads(body)["error"].startswith("input 1: this model classifies text pairs")
+    assert json.loads(body)["error"].startswith("input 1: this model reads text pairs")
 
 
 # ---------------------------------------------------------------- the command

@@ -36,6 +36,12 @@ TASKS = {  # name -> (task, options, data, state)
     ),
     "tagging": ("tagging", {}, {}, {"labels": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]}),
     "span_qa": ("span_qa", {"version": "2.0"}, {}, {"null_score_threshold": 1.5}),
+    "regression": (
+        "regression",
+        {},
+        {"text_pair": "sentence2"},
+        {"target_mean": 2.5, "target_std": 1.5},
+    ),
 }
 TEXTS = ["john smith visited paris", "the film was good and very funny, really"]
 
@@ -108,7 +114,10 @@ def test_exported_weights_give_the_keras_models_logits(exported):
     batch = inputs(task)
     expected = keras.ops.convert_to_numpy(model(batch, training=False))
     got = numpy_head_logits(state, config, batch)
-    if task.name != "classification":  # per token: only real tokens (span QA masks padding)
+    if task.name == "regression":  # the target statistics are folded into the head
+        expected = expected * 1.5 + 2.5
+        assert config["problem_type"] == "regression"
+    elif task.name != "classification":  # per token: only real tokens (span QA masks padding)
         real = batch["padding_mask"].astype(bool)
         expected, got = expected[real], got[real]
     np.testing.assert_allclose(got, expected, atol=2e-5)
@@ -124,7 +133,7 @@ def test_bertkit_reads_the_folder_back_as_a_preset(exported):
     sequence = keras.Model(model.input, model.get_layer("transformer_layer_1").output)(batch)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(outputs["sequence_output"]), sequence)
     pooled = keras.ops.convert_to_numpy(outputs["pooled_output"])
-    if task.name == "classification":
+    if task.name in ("classification", "regression"):
         expected = keras.Model(model.input, model.get_layer("pooled_dense").output)(batch)
         np.testing.assert_array_equal(pooled, expected)
     else:  # a head without the pooler: written as zeros (bertkit.model.hf_weights)
@@ -143,6 +152,7 @@ def test_config_tokenizer_files_and_what_is_not_represented(exported):
         "pairs": ("BertForSequenceClassification", task.state.get("labels")),
         "tagging": ("BertForTokenClassification", task.state.get("labels")),
         "span_qa": ("BertForQuestionAnswering", ["start", "end"]),
+        "regression": ("BertForSequenceClassification", ["score"]),
     }[name]
     assert config["architectures"] == [architecture]
     assert config["id2label"] == {str(i): label for i, label in enumerate(labels)}
@@ -165,6 +175,7 @@ def test_config_tokenizer_files_and_what_is_not_represented(exported):
         "pairs": "not represented: nothing",
         "tagging": "constrained iob2 decoding",
         "span_qa": "the tuned no-answer threshold 1.5 ",
+        "regression": "not represented: nothing",
     }[name]
     assert expected_phrase in export.summary
     assert not list(folder.parent.glob(".*.partial"))

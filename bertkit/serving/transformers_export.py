@@ -51,6 +51,10 @@ class TransformersHead:
         not_represented: what bertkit does that transformers will not, one short phrase each.
         use_note: a line for the README under the pipeline call (e.g. where a transformers
             version lacks that pipeline).
+        problem_type: config.json's `problem_type` of a `BertForSequenceClassification`
+            (default "single_label_classification"; "regression").
+        output_affine: (scale, shift) of the task's outputs, folded into the head's weights
+            (regression's target statistics): transformers' logits are the task's answers.
     """
 
     architecture: str
@@ -62,6 +66,8 @@ class TransformersHead:
     settings: dict = dataclasses.field(default_factory=dict)
     not_represented: tuple[str, ...] = ()
     use_note: str = ""
+    problem_type: str = "single_label_classification"
+    output_affine: tuple[float, float] = (1.0, 0.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,12 +132,17 @@ def _transformers_head(run: RunDirectory) -> TransformersHead:
 
 def write_transformers_folder(model, head: TransformersHead, directory: Path) -> None:
     """Writes the folder's files for a loaded `FineTunedModel` and its task's head."""
+    import numpy as np
+
     from bertkit.model.hf_weights import backbone_tensors, linear_tensors
 
     architecture = read_json(model.run.model_dir / "backbone.json", "backbone architecture")
     backbone = architecture["bert_backbone"]
     tensors = backbone_tensors(model.model, backbone["num_layers"])
-    tensors.update(linear_tensors(model.model.get_layer(head.layer), head.module))
+    scale, shift = head.output_affine
+    linear = linear_tensors(model.model.get_layer(head.layer), head.module)
+    tensors[f"{head.module}.weight"] = linear[f"{head.module}.weight"] * np.float32(scale)
+    tensors[f"{head.module}.bias"] = linear[f"{head.module}.bias"] * np.float32(scale) + shift
     save_safetensors(tensors, directory / SAFETENSORS_FILE)
     config = transformers_config(model, head, backbone, architecture["hidden_act"])
     write_json(directory / "config.json", config)
@@ -170,7 +181,7 @@ def transformers_config(model, head: TransformersHead, backbone: dict, hidden_ac
     if dropout is not None:  # the head's own dropout (transformers: hidden_dropout_prob)
         config["classifier_dropout"] = dropout
     if head.architecture == "BertForSequenceClassification":
-        config["problem_type"] = "single_label_classification"
+        config["problem_type"] = head.problem_type
     config["bertkit"] = {
         "task": task.name,
         "run": model.run.path.name,

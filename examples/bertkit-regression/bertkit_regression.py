@@ -1,4 +1,5 @@
-"""Text regression (e.g. STS-B similarity): pooled [CLS] -> dense(1), mean squared error."""
+"""A minimal text regression plugin: pooled [CLS] -> dense(1), mean squared error (the
+built-in `regression` task is the full one: normalized targets, Spearman, pairs, export)."""
 
 import dataclasses
 
@@ -18,7 +19,7 @@ class RegressionData(DataFiles):
 class RegressionTask(Task):
     """Predicts `{"score": float}` per text; metrics: mse and Pearson correlation."""
 
-    name = "regression"
+    name = "text_score"
     description = "One number per text or text pair from the [CLS] token (MSE, Pearson r)."
     Data = RegressionData
     monitor, mode = "mse", "min"

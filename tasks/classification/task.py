@@ -8,8 +8,7 @@ import dataclasses
 import numpy as np
 
 from bertkit.errors import UserError
-from bertkit.files import input_text
-from bertkit.tabular import detect_format, read_rows
+from bertkit.tabular import detect_format, read_rows, text_and_pair
 from bertkit.task import DataFiles, Features, PredictOption, Task, head_initializer, string_inputs
 from bertkit_tasks.classification.metrics import confusion_matrix, macro_f1, matthews_corrcoef
 
@@ -195,39 +194,8 @@ class ClassificationTask(Task):
         }
 
     def parse_input(self, value):
-        example = self._input_example(value)
-        if self.data.text_pair and example.text_pair is None:  # its featurizer needs both
-            raise UserError(
-                f"this model classifies text pairs: expected a [text, text_pair] "
-                f"pair or an object with '{self.data.text}' and "
-                f"'{self.data.text_pair}', got {value!r:.80}"
-            )
-        if not self.data.text_pair and example.text_pair is not None:  # never trained on two
-            raise UserError(
-                f"this model classifies single texts: expected a text or an object with "
-                f"'{self.data.text}', got a pair {value!r:.80}"
-            )
-        input_text(example.text, self.data.text)
-        if example.text_pair is not None:
-            input_text(example.text_pair, self.data.text_pair)
-        return example
-
-    def _input_example(self, value) -> TextExample:
-        if isinstance(value, str):
-            return TextExample(value)
-        if isinstance(value, (list, tuple)) and len(value) == 2:
-            if not all(isinstance(text, str) for text in value):  # ["a", null] is no pair
-                raise UserError(f"a [text, text_pair] pair must be two texts, got {value!r:.80}")
-            return TextExample(value[0], value[1])
-        if isinstance(value, dict):
-            text = value.get(self.data.text, value.get("text"))
-            pair = value.get(self.data.text_pair or "text_pair", value.get("text_pair"))
-            if isinstance(text, str):
-                return TextExample(text, pair)
-        raise UserError(
-            f"expected a text, a [text, text_pair] pair or an object with "
-            f"'{self.data.text}', got {value!r:.80}"
-        )
+        text, pair = text_and_pair(value, self.data.text, self.data.text_pair)
+        return TextExample(text, pair)
 
     # ---- export
     def serving_inputs(self):

@@ -36,7 +36,10 @@ def spec(task="tagging", **training) -> dict:
     }
 
 
-@pytest.mark.parametrize("task", ["classification", "embedding", "mlm", "span_qa", "tagging"])
+@pytest.mark.parametrize(
+    "task",
+    ["classification", "embedding", "mlm", "multi_label", "regression", "span_qa", "tagging"],
+)
 def test_the_preset_expands_for_every_task(task):
     recipe = load_recipe(spec(task, preset="small_data"))
     expected = {**SMALL_DATA, **({"task.class_weights": "balanced"} if task == "tagging" else {})}

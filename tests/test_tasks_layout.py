@@ -54,7 +54,15 @@ def test_every_package_folder_is_listed_in_pyproject():
 
 def test_each_built_in_entry_point_names_a_task_folder():
     points = PYPROJECT["project"]["entry-points"]["bertkit.tasks"]
-    assert sorted(points) == ["classification", "embedding", "mlm", "span_qa", "tagging"]
+    assert sorted(points) == [
+        "classification",
+        "embedding",
+        "mlm",
+        "multi_label",
+        "regression",
+        "span_qa",
+        "tagging",
+    ]
     for name, value in points.items():
         module = value.partition(":")[0]
         assert module == f"bertkit_tasks.{name}"

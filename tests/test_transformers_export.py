@@ -36,6 +36,12 @@ TASKS = {  # name -> (task, options, data, state)
     ),
     "tagging": ("tagging", {}, {}, {"labels": ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]}),
     "span_qa": ("span_qa", {"version": "2.0"}, {}, {"null_score_threshold": 1.5}),
+    "multi_label": (
+        "multi_label",
+        {},
+        {},
+        {"labels": ["film", "negative", "positive"], "thresholds": [0.3, 0.3, 0.3]},
+    ),
     "regression": (
         "regression",
         {},
@@ -117,7 +123,7 @@ def test_exported_weights_give_the_keras_models_logits(exported):
     if task.name == "regression":  # the target statistics are folded into the head
         expected = expected * 1.5 + 2.5
         assert config["problem_type"] == "regression"
-    elif task.name != "classification":  # per token: only real tokens (span QA masks padding)
+    elif task.name not in ("classification", "multi_label"):  # per token: real tokens only
         real = batch["padding_mask"].astype(bool)
         expected, got = expected[real], got[real]
     np.testing.assert_allclose(got, expected, atol=2e-5)
@@ -133,7 +139,7 @@ def test_bertkit_reads_the_folder_back_as_a_preset(exported):
     sequence = keras.Model(model.input, model.get_layer("transformer_layer_1").output)(batch)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(outputs["sequence_output"]), sequence)
     pooled = keras.ops.convert_to_numpy(outputs["pooled_output"])
-    if task.name in ("classification", "regression"):
+    if task.name in ("classification", "multi_label", "regression"):
         expected = keras.Model(model.input, model.get_layer("pooled_dense").output)(batch)
         np.testing.assert_array_equal(pooled, expected)
     else:  # a head without the pooler: written as zeros (bertkit.model.hf_weights)
@@ -153,6 +159,7 @@ def test_config_tokenizer_files_and_what_is_not_represented(exported):
         "tagging": ("BertForTokenClassification", task.state.get("labels")),
         "span_qa": ("BertForQuestionAnswering", ["start", "end"]),
         "regression": ("BertForSequenceClassification", ["score"]),
+        "multi_label": ("BertForSequenceClassification", task.state.get("labels")),
     }[name]
     assert config["architectures"] == [architecture]
     assert config["id2label"] == {str(i): label for i, label in enumerate(labels)}
@@ -176,6 +183,7 @@ def test_config_tokenizer_files_and_what_is_not_represented(exported):
         "tagging": "constrained iob2 decoding",
         "span_qa": "the tuned no-answer threshold 1.5 ",
         "regression": "not represented: nothing",
+        "multi_label": "not represented: the tuned thresholds",
     }[name]
     assert expected_phrase in export.summary
     assert not list(folder.parent.glob(".*.partial"))

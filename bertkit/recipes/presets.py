@@ -33,6 +33,8 @@ SMALL_DATA_EXAMPLES = 3000
 SMALL_DATA_MEASURED = {
     "tagging": "+6.5 test entity F1 over transformers trained as long on WNUT-16 "
     "(42.7 vs 36.2) and +4.5 on CoNLL-2003's first 1,000 sentences (77.4 vs 72.9)",
+    "classification": "+1.3 accuracy over transformers trained as long on SST-2's first 1,000 "
+    "sentences (82.5 vs 81.2) and +1.9 on RTE (59.4 vs 57.5)",
 }
 
 

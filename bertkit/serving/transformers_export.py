@@ -52,7 +52,7 @@ class TransformersHead:
         use_note: a line for the README under the pipeline call (e.g. where a transformers
             version lacks that pipeline).
         problem_type: config.json's `problem_type` of a `BertForSequenceClassification`
-            (default "single_label_classification"; "regression").
+            (default "single_label_classification"; "regression", "multi_label_classification").
         output_affine: (scale, shift) of the task's outputs, folded into the head's weights
             (regression's target statistics): transformers' logits are the task's answers.
     """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import Literal
 
 import numpy as np
 
@@ -11,6 +12,11 @@ from bertkit.errors import UserError
 from bertkit.tabular import detect_format, read_rows, text_and_pair
 from bertkit.task import DataFiles, Features, PredictOption, Task, head_initializer, string_inputs
 from bertkit_tasks.classification.metrics import confusion_matrix, macro_f1, matthews_corrcoef
+from bertkit_tasks.classification.windows import (
+    DocumentWindows,
+    document_logits,
+    document_logits_tf,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +38,32 @@ class ClassificationOptions:
     label_smoothing: float = dataclasses.field(
         default=0.0,
         metadata={"min": 0.0, "max_exclusive": 1.0, "help": "target: (1 - s) one-hot + s / labels"},
+    )
+    long_text: Literal["truncate", "windows"] = dataclasses.field(
+        default="truncate",
+        metadata={
+            "help": "a text longer than sequence_length: cut there (truncate), or classified "
+            "as overlapping windows whose logits are combined (windows; single texts)"
+        },
+    )
+    window_stride: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "min": 1,
+            "help": "windows: word pieces between the starts of windows; null: half of "
+            "sequence_length - 2",
+        },
+    )
+    window_aggregation: Literal["mean", "max"] = dataclasses.field(
+        default="mean",
+        metadata={"help": "windows: a document's logits, the mean or the maximum of its windows'"},
+    )
+    max_windows: int | None = dataclasses.field(
+        default=None,
+        metadata={
+            "min": 1,
+            "help": "windows: refuse a text that needs more windows (null: no limit)",
+        },
     )
 
 
@@ -57,7 +89,10 @@ class ClassificationTask(Task):
     """Classifies texts or text pairs from BERT's pooled [CLS] output.
 
     Predictions are `{"label": str, "score": float, "probabilities": {label: float}}`;
-    metrics are accuracy, macro-F1 and, for two classes, Matthews correlation.
+    metrics are accuracy, macro-F1 and, for two classes, Matthews correlation. With
+    `long_text: windows` a long text is read as overlapping windows, each a row trained on the
+    text's label, and its prediction comes from the mean (or maximum) of their logits
+    (`bertkit_tasks.classification.windows`).
     """
 
     name = "classification"
@@ -69,6 +104,28 @@ class ClassificationTask(Task):
     int8_max_drop = 0.5  # points of accuracy
     packs = True  # the head reads pooled_output, which packing gathers per row
     predict_options = (PredictOption("--top-k", "add the K most probable labels as 'top_k'", "K"),)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._windows = None
+        if self.options is not None and self.options.long_text != "windows":
+            for key in ("window_stride", "max_windows"):
+                if getattr(self.options, key) is not None:
+                    raise UserError("applies to long_text: windows only", key=f"task.{key}")
+        if self.options is not None and self.options.long_text == "windows":
+            if self.data.text_pair:
+                raise UserError(
+                    "windows read single texts; this recipe reads text pairs "
+                    f"(data.text_pair: {self.data.text_pair})",
+                    key="task.long_text",
+                )
+            self._windows = DocumentWindows(  # checks window_stride now, not mid-run
+                self.tokenizer,
+                self.sequence_length,
+                self.options.window_stride,
+                self.options.max_windows,
+                text_key=self.data.text,
+            )
 
     # ---- data
     def read(self, path):
@@ -96,17 +153,25 @@ class ClassificationTask(Task):
         return self.state["labels"]
 
     def featurize(self, examples, training):
+        label_ids = np.array([self._label_id(e) for e in examples], dtype=np.int32)
+        if self._windows is not None:
+            features = self._windows.featurize(examples)
+            features.columns["labels"] = label_ids[features.example_index]  # a window: its text's
+            return features
         pairs = [e.text_pair for e in examples] if self.data.text_pair else None
         if pairs is None and any(e.text_pair is not None for e in examples):
             pairs = [e.text_pair or "" for e in examples]
         token_ids, segment_ids = self.tokenizer.encode(
             [e.text for e in examples], pairs, sequence_length=self.sequence_length
         )
-        label_ids = np.array([self._label_id(e) for e in examples], dtype=np.int32)
         return Features(
             {"token_ids": token_ids, "segment_ids": segment_ids, "labels": label_ids},
             example_index=np.arange(len(examples)),
         )
+
+    def preprocessor(self):
+        """The windows' rows in Python and TensorFlow with `long_text: windows`, else None."""
+        return self._windows
 
     def _label_id(self, example) -> int:
         if example.label is None:
@@ -144,7 +209,12 @@ class ClassificationTask(Task):
 
     # ---- outputs
     def decode(self, examples, features, outputs):
-        logits = np.stack(outputs["logits"]).astype(np.float64)
+        logits = document_logits(
+            np.stack(outputs["logits"]).astype(np.float64),
+            features.example_index,
+            len(examples),
+            self.options.window_aggregation,
+        )
         probabilities = np.exp(logits - logits.max(axis=1, keepdims=True))
         probabilities /= probabilities.sum(axis=1, keepdims=True)
         return [
@@ -204,9 +274,13 @@ class ClassificationTask(Task):
     def serve(self, model, inputs):
         import tensorflow as tf
 
-        texts = [inputs[name] for name in sorted(inputs)]  # text (, text_pair)
-        model_inputs = self.tokenizer.model_inputs(texts, self.sequence_length)
-        probabilities = tf.nn.softmax(tf.cast(model(model_inputs, training=False), tf.float32))
+        if self._windows is None:
+            texts = [inputs[name] for name in sorted(inputs)]  # text (, text_pair)
+            model_inputs = self.tokenizer.model_inputs(texts, self.sequence_length)
+            logits = tf.cast(model(model_inputs, training=False), tf.float32)
+        else:
+            logits = self._window_logits(model, inputs)
+        probabilities = tf.nn.softmax(logits)
         best = tf.argmax(probabilities, axis=-1, output_type=tf.int32)
         return {
             "label": tf.gather(tf.constant(self.labels), best),
@@ -215,11 +289,34 @@ class ClassificationTask(Task):
             "label_names": tf.broadcast_to(tf.constant(self.labels), tf.shape(probabilities)),
         }
 
+    def _window_logits(self, model, inputs):
+        """(batch, labels): each text's logits combined from its windows', in the graph."""
+        import tensorflow as tf
+
+        rows = self._windows.serve(inputs)
+        token_ids = rows["token_ids"]
+        model_inputs = {
+            "token_ids": token_ids.to_tensor(),
+            "segment_ids": rows["segment_ids"].to_tensor(),
+            "padding_mask": tf.ones_like(token_ids).to_tensor(),
+        }
+        logits = tf.cast(model(model_inputs, training=False), tf.float32)
+        count = tf.size(inputs["text"])
+        how = self.options.window_aggregation
+        return document_logits_tf(logits, rows["example_index"], count, how)
+
     def transformers_head(self):
         """`BertForSequenceClassification`: the same pooled [CLS] -> Dense, and softmax."""
         from bertkit.serving.transformers_export import TransformersHead
 
         pairs = {"text": self.data.text, "text_pair": self.data.text_pair}
+        lost = ()
+        if self._windows is not None:
+            lost = (
+                f"windows over texts longer than {self._windows.window_size} word pieces "
+                f"(stride {self._windows.stride}, the {self.options.window_aggregation} of "
+                "their logits; transformers' pipeline truncates them)",
+            )
         return TransformersHead(
             architecture="BertForSequenceClassification",
             layer="classifier",
@@ -228,6 +325,7 @@ class ClassificationTask(Task):
             pipeline="text-classification",
             call_options={"truncation": True},
             settings={"text_pairs": bool(self.data.text_pair), "columns": pairs},
+            not_represented=lost,
         )
 
 

@@ -86,7 +86,7 @@ def test_windows_read_what_truncation_cuts_off(documents):
 
 
 def test_predict_and_the_saved_model_combine_the_windows(documents):
-    spec = recipe(documents, long_text="windows", window_stride=4)
+    spec = recipe(documents, long_text="windows", window_stride=4, max_windows=5)
     spec["training"]["epochs"] = 2
     model = bertkit.finetune(spec, output_dir=documents / "served", verbose=0)
     texts = [text for text, _ in late_cue_documents(4, seed=7)] + ["a good film"]
@@ -100,6 +100,13 @@ def test_predict_and_the_saved_model_combine_the_windows(documents):
     # 17-21 words of one piece each: 2-3 windows of 14 pieces every 4; "a good film": one
     counts = np.bincount(rows.example_index)
     assert counts[-1] == 1 and (counts[:-1] >= 2).all(), counts
+    # 40 pieces need 8 windows: that input alone is refused, in Python and on the command line
+    too_long = " ".join(["film"] * 40)
+    with pytest.raises(UserError, match="the text needs 8 windows .* task.max_windows = 5"):
+        model.predict([too_long])
+    mixed = run_bertkit("predict", documents / "served", input=f"{texts[0]}\n{too_long}")
+    answers = [json.loads(line) for line in mixed.stdout.splitlines()]
+    assert "label" in answers[0] and "task.max_windows = 5" in answers[1]["error"], answers
 
 
 def test_a_document_over_max_windows_is_one_line_exit_2(documents, tmp_path):
@@ -128,3 +135,18 @@ def test_windows_refuse_text_pairs_and_a_stride_past_the_window(documents):
     unwindowed = recipe(documents, max_windows=3)
     with pytest.raises(UserError, match="task.max_windows: applies to long_text: windows only"):
         bertkit.finetune(unwindowed, output_dir=documents / "unwindowed", verbose=0)
+
+
+def test_the_long_documents_recipe_reads_windows():
+    from pathlib import Path
+
+    from bertkit.recipes.recipe import load_recipe
+
+    recipe = load_recipe(Path(__file__).parents[1] / "recipes" / "long_documents.yaml")
+    assert recipe.task == "classification"
+    options = recipe.task_options
+    assert (options.long_text, options.window_aggregation, options.max_windows) == (
+        "windows",
+        "mean",
+        64,
+    )

@@ -265,6 +265,8 @@ class ClassificationTask(Task):
 
     def parse_input(self, value):
         text, pair = text_and_pair(value, self.data.text, self.data.text_pair)
+        if self._windows is not None:
+            self._windows.check_input(TextExample(text))
         return TextExample(text, pair)
 
     # ---- export

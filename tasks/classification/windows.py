@@ -82,6 +82,15 @@ class DocumentWindows:
             example_index=np.array(example_index, dtype=np.int64),
         )
 
+    def check_input(self, example) -> None:
+        """Refuses one input (`predict`, `serve`) that needs more than `max_windows` windows:
+        an error of its own, where `featurize` would refuse the whole batch."""
+        if self.max_windows is not None:
+            count = len(
+                sliding_windows(len(self._pieces([example])[0]), self.window_size, self.stride)
+            )
+            self._check_count(example, count)
+
     def _pieces(self, examples: list) -> list[np.ndarray]:
         import tensorflow as tf
 

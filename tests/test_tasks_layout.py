@@ -59,6 +59,7 @@ def test_each_built_in_entry_point_names_a_task_folder():
         "embedding",
         "mlm",
         "multi_label",
+        "multiple_choice",
         "regression",
         "span_qa",
         "tagging",

@@ -220,12 +220,7 @@ def folder_readme(model, head: TransformersHead, config: dict) -> str:
         "",
         "## Use",
         "",
-        "```python",
-        "from transformers import pipeline",
-        "",
-        f'model = pipeline("{head.pipeline}", model="path/to/this/folder")',
-        f"# call it with{options[1:] or ' its defaults'}",
-        "```",
+        *_use_lines(head, options),
         "",
         *([head.use_note, ""] if head.use_note else []),
         "## Not represented in this format",
@@ -240,3 +235,24 @@ def folder_readme(model, head: TransformersHead, config: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _use_lines(head: TransformersHead, options: str) -> list[str]:
+    """The README's code: the pipeline call, or loading the class where there is no pipeline."""
+    if not head.pipeline:
+        return [
+            "```python",
+            f"from transformers import BertTokenizer, {head.architecture}",
+            "",
+            f'model = {head.architecture}.from_pretrained("path/to/this/folder")',
+            'tokenizer = BertTokenizer.from_pretrained("path/to/this/folder")',
+            "```",
+        ]
+    return [
+        "```python",
+        "from transformers import pipeline",
+        "",
+        f'model = pipeline("{head.pipeline}", model="path/to/this/folder")',
+        f"# call it with{options[1:] or ' its defaults'}",
+        "```",
+    ]

@@ -51,6 +51,11 @@ optimizers are the same.
          kept epoch by dev Spearman. `--eval-each-epoch` gives ner the
          same per-epoch dev tags (`benchmarks/learning_curve.py`).
 
+    choose: `BertForMultipleChoice` on CommonsenseQA JSON lines (`question.stem`,
+         `question.choices`, `answerKey`), as `run_swag.py` trains it: one `[CLS] question
+         [SEP] choice [SEP]` per choice cut at `--max-length`, a question's choices padded
+         together; dev predictions after every epoch, `--test` and `--patience` as classify.
+
     replay: `benchmarks/training_parity.py`'s reference: trains `BertForTokenClassification`
          on the batches bertkit made (an .npz of padded micro-batches, its head kernel, its
          label order) in bertkit's order, from the same head, and writes the loss after each
@@ -587,6 +592,77 @@ def run_classify(args, tokenizer) -> dict:
     return result
 
 
+def run_choose(args, tokenizer) -> dict:
+    """`BertForMultipleChoice` on CommonsenseQA-style JSON lines, as `run_swag.py` trains it:
+    `[CLS] question [SEP] choice [SEP]` per choice, each cut at `--max-length`, the choices
+    of a question padded together (its collator); dev predictions per epoch, and (`--test`)
+    the kept model's on test."""
+    rows = {
+        split: read_questions(path)
+        for split, path in (("train", args.train), ("dev", args.dev), ("test", args.test))
+        if path
+    }
+    model = transformers.BertForMultipleChoice.from_pretrained(args.model)
+
+    def encode(split):
+        encoded = []
+        for question, choices, answer in rows[split]:
+            pieces = tokenizer(
+                [question] * len(choices), choices, truncation=True, max_length=args.max_length
+            )
+            encoded.append({key: pieces[key] for key in pieces.keys()} | {"labels": answer})
+        return encoded
+
+    def collator(features):  # run_swag.py's DataCollatorForMultipleChoice
+        choices = len(features[0]["input_ids"])
+        flat = [
+            {key: feature[key][i] for key in feature if key != "labels"}
+            for feature in features
+            for i in range(choices)
+        ]
+        batch = tokenizer.pad(flat, return_tensors="pt")
+        batch = {key: value.view(len(features), choices, -1) for key, value in batch.items()}
+        batch["labels"] = torch.tensor([feature["labels"] for feature in features])
+        return batch
+
+    def predictions(features):
+        logits = predict(model, features, collator, 2 * args.batch_size, ["logits"])["logits"]
+        return [int(np.argmax(row)) for row in logits]
+
+    dev = encode("dev")
+    gold = {split: [answer for _, _, answer in found] for split, found in rows.items()}
+    by_epoch, keep = [], KeepBest(model, args.patience) if args.patience else None
+
+    def after_epoch(epoch):
+        by_epoch.append(predictions(dev))
+        score = float(np.mean(np.array(by_epoch[-1]) == np.array(gold["dev"])))
+        return keep is not None and keep(epoch, score)
+
+    result = train(model, encode("train"), collator, args, after_epoch)
+    if keep is not None:
+        result.update(keep.restore())
+    result.update(dev_predictions_by_epoch=by_epoch, dev_labels=gold["dev"])
+    if args.test:
+        result["test_predictions"] = predictions(encode("test"))
+        result["test_labels"] = gold["test"]
+    return result
+
+
+def read_questions(path) -> list[tuple[str, list[str], int]]:
+    """(question, choices, answer index) per CommonsenseQA JSON line."""
+    questions = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                record = json.loads(line)
+                labels = [choice["label"] for choice in record["question"]["choices"]]
+                texts = [choice["text"] for choice in record["question"]["choices"]]
+                questions.append(
+                    (record["question"]["stem"], texts, labels.index(record["answerKey"]))
+                )
+    return questions
+
+
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Spearman's rank correlation (average ranks for ties, as SciPy's)."""
 
@@ -824,6 +900,9 @@ def main():
     classify.add_argument(
         "--regression", action="store_true", help="a numeric `label`: one output, MSE (STS-B)"
     )
+    choose = commands.add_parser("choose", help="multiple choice on CommonsenseQA JSON lines")
+    choose.add_argument("--dev", required=True)
+    choose.add_argument("--test", help="also answer this file with the kept model")
     replay = commands.add_parser("replay", help="train on bertkit's batches (training_parity)")
     replay.add_argument("--batches", required=True, help="the .npz training_parity.py writes")
     replay.add_argument("--dev", required=True)
@@ -845,9 +924,9 @@ def main():
     throughput.add_argument("--stride", type=int, default=128, help="qa: overlap (tokens)")
     throughput.add_argument("--matmul-size", type=int, default=0, help="0: no matmul timing")
     throughput.add_argument("--threads", type=int, default=0, help="0: torch's default")
-    for command in (ner, classify, qa):
+    for command in (ner, classify, choose, qa):
         command.add_argument("--epochs", type=int, required=True)
-    for command in (ner, classify):
+    for command in (ner, classify, choose):
         command.add_argument(
             "--patience",
             type=int,
@@ -855,7 +934,7 @@ def main():
             help="dev after every epoch, the best epoch's model kept, stop after P epochs "
             "without a better one (Trainer's load_best_model_at_end + EarlyStoppingCallback)",
         )
-    for command in (ner, classify, qa, throughput, replay):
+    for command in (ner, classify, choose, qa, throughput, replay):
         command.add_argument("--model", required=True, help="a Hugging Face BERT folder")
         command.add_argument("--out", required=True)
         if command is not replay:
@@ -878,6 +957,7 @@ def main():
     run = {
         "ner": run_ner,
         "classify": run_classify,
+        "choose": run_choose,
         "qa": run_qa,
         "throughput": run_throughput,
         "replay": run_replay,

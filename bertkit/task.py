@@ -67,15 +67,15 @@ What a task declares, each as a small piece:
                        the contract test checks that they agree (tagging's and span QA's windows)
 =====================  ====================================================
 
-Rows are the unit of the contract: a row's loss reads that row only. Tasks whose loss spans several
-rows, such as multiple choice (one row per choice, a softmax over an example's choices), are out of
-scope, and `Features` has no group axis for them: the batching strategies reorder rows one by one
-(length buckets, random micro-batches) and pack several rows into one (`training.packing`), so the
-rows of one example may land in different batches. A loss over its batch as a set (in-batch
-negatives) keeps an example one row holding all its texts and declares `loss_spans_batch`: the core
-refuses micro-batches and TensorFlow replicas (a row would see fewer rows), and the loss must skip
-filler rows (`bertkit.padding.fill_rows`). Windowed tasks need no such axis: each window's loss is
-its own, and an example's windows meet again only in `decode`, through `Features.example_index`.
+Rows are the unit of the contract: a row's loss reads that row only. `Features` has no group axis
+for a loss over several rows: the batching reorders rows one by one (length buckets, random
+micro-batches) and packs several into one (`training.packing`), so the rows of one example may
+land in different batches. Multiple choice (a softmax over an example's choices) lays its choices
+side by side in one row (`bertkit_tasks.multiple_choice.rows`). A loss over its batch as a set
+(in-batch negatives) keeps an example one row holding all its texts and declares
+`loss_spans_batch`: the core refuses micro-batches and TensorFlow replicas (a row would see fewer
+rows), and the loss must skip filler rows (`bertkit.padding.fill_rows`). Windowed tasks need no
+such axis: each window's loss is its own, and an example's windows meet again only in `decode`.
 
 Heavy imports (TensorFlow, Keras) belong inside methods, so that validating a
 recipe, which imports the task class, stays fast.

@@ -206,3 +206,16 @@ def test_the_commonsenseqa_recipe_reads_its_files_as_they_are():
         "question.choices",
         "answerKey",
     )
+
+
+def test_rows_are_not_packed_further(tmp_path):
+    write_tiny_checkpoint(tmp_path / "ckpt")
+    write_questions(tmp_path / "train.jsonl", questions(8))
+    write_questions(tmp_path / "dev.jsonl", questions(3, seed=1))
+    spec = recipe(tmp_path)
+    bertkit.finetune(spec, output_dir=tmp_path / "auto", verbose=0)
+    run = json.loads((tmp_path / "auto" / "run.json").read_text())
+    assert "already packs a question's choices" in json.dumps(run), run
+    spec["training"]["packing"] = True
+    with pytest.raises(UserError, match="already packs a question's choices"):
+        bertkit.finetune(spec, output_dir=tmp_path / "forced", verbose=0)

@@ -473,12 +473,47 @@ def _span_qa_data(folder: Path) -> dict:
     return {"train": "train.jsonl", "validation": "dev.jsonl"}
 
 
+def _regression_data(folder: Path) -> dict:
+    from tests.test_regression import write_scored_tsv
+
+    write_scored_tsv(folder / "train.tsv", 12, seed=0)
+    write_scored_tsv(folder / "dev.tsv", 6, seed=1)
+    return {"train": "train.tsv", "validation": "dev.tsv", "text": "sentence", "label": "score"}
+
+
+def _multi_label_data(folder: Path) -> dict:
+    rows = ["text\tlabels", "a good film\tjoy,love", "a dull meal\tanger", "so so\tjoy"]
+    for name in ("train.tsv", "dev.tsv"):
+        (folder / name).write_text("\n".join(rows * 3) + "\n")
+    return {"train": "train.tsv", "validation": "dev.tsv"}
+
+
+def _multiple_choice_data(folder: Path) -> dict:
+    from tests.test_multiple_choice import CSQA_KEYS, questions, write_questions
+
+    write_questions(folder / "train.jsonl", questions(12))
+    write_questions(folder / "dev.jsonl", questions(6, seed=1))
+    return {"train": "train.jsonl", "validation": "dev.jsonl", **CSQA_KEYS}
+
+
+def _long_document_data(folder: Path) -> dict:
+    from tests.test_long_documents import write_documents
+
+    write_documents(folder / "train.tsv", 12)
+    write_documents(folder / "dev.tsv", 6, seed=1)
+    return {"train": "train.tsv", "validation": "dev.tsv"}
+
+
 @pytest.mark.parametrize(
     "task, data, options",
     [
         ("tagging", _tagging_data, {"class_weights": "balanced"}),
         ("mlm", _mlm_data, {}),
         ("span_qa", _span_qa_data, {"version": "2.0", "max_query_length": 8, "doc_stride": 8}),
+        ("regression", _regression_data, {}),
+        ("multi_label", _multi_label_data, {}),
+        ("multiple_choice", _multiple_choice_data, {}),
+        ("classification", _long_document_data, {"long_text": "windows"}),
     ],
 )
 def test_every_tasks_features_file_reads_back_as_written(tmp_path, task, data, options):
@@ -492,7 +527,10 @@ def test_every_tasks_features_file_reads_back_as_written(tmp_path, task, data, o
         "schema": 1,
         "task": {"name": task, **options},
         "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
-        "data": {name: str(tmp_path / value) for name, value in files.items()},
+        "data": {
+            name: str(tmp_path / value) if name in ("train", "validation") else value
+            for name, value in files.items()
+        },
         "output_dir": str(tmp_path / "run"),
     }
     featurize(spec, tmp_path / "f.npz")
@@ -501,10 +539,26 @@ def test_every_tasks_features_file_reads_back_as_written(tmp_path, task, data, o
     pairs = [(stored.train, made.train_features)]
     if stored.validation is not None:  # kept where decoding needs only the rows (MLM)
         pairs.append((stored.validation, made.validation_features))
-    assert len(pairs) == (2 if task == "mlm" else 1)
+    if task in ("tagging", "mlm", "span_qa"):
+        assert len(pairs) == (2 if task == "mlm" else 1)
     for got, written in pairs:
         for name, column in written.columns.items():
             rows = got.columns[name]
             assert len(rows) == len(column) and all(map(np.array_equal, rows, column)), name
         assert np.array_equal(got.example_index, written.example_index)
         assert got.pad_values == written.pad_values
+
+
+def test_regression_and_multiple_choice_state_fields_are_checked():
+    from bertkit.training.feature_file_checks import check_state
+
+    with_labels = {"train": {"columns": {"token_ids": "sequence", "labels": "scalar"}}}
+    assert check_state({"num_choices": 3}, with_labels, "f.npz") == 3  # answers below 3
+    for state, message in [
+        ({"num_choices": 1}, "description.state.num_choices is 1; expected 2 or more"),
+        ({"num_choices": "3"}, "description.state.num_choices is '3'; expected 2 or more"),
+        ({"target_mean": 0.0, "target_std": 0.0}, "description.state.target_std is 0.0"),
+        ({"target_mean": float("nan"), "target_std": 1.0}, "target_mean is not a finite"),
+    ]:
+        with pytest.raises(UserError, match=re.escape(message)):
+            check_state(state, {"train": {"columns": {"token_ids": "sequence"}}}, "f.npz")

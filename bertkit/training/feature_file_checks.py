@@ -97,7 +97,7 @@ def check_state(state: dict, header: dict, path) -> int | None:
         for split in ("train", "validation")
     )
     labels = None
-    if has_labels or "labels" in state:
+    if (has_labels and "num_choices" not in state) or "labels" in state:
         labels = field(state, "labels", list, where, path)
         if len(labels) < 2 or not all(isinstance(label, str) for label in labels):
             raise refuse(
@@ -115,7 +115,24 @@ def check_state(state: dict, header: dict, path) -> int | None:
             )
     if "null_score_threshold" in state and not _finite(state["null_score_threshold"]):
         raise refuse(f"header: {where}null_score_threshold is not a finite number", path)
+    _check_targets_and_choices(state, where, path)
+    if labels is None and "num_choices" in state:
+        return state["num_choices"]  # multiple choice: the labels are the right choices' indices
     return None if labels is None else len(labels)
+
+
+def _check_targets_and_choices(state: dict, where: str, path) -> None:
+    """Regression's target statistics (finite, a spread above 0) and multiple choice's
+    number of choices (a whole number of at least 2)."""
+    for name in ("target_mean", "target_std"):
+        if name in state and not _finite(state[name]):
+            raise refuse(f"header: {where}{name} is not a finite number", path)
+    if "target_std" in state and state["target_std"] <= 0:
+        raise refuse(f"header: {where}target_std is {state['target_std']}; expected above 0", path)
+    if "num_choices" in state:
+        count = state["num_choices"]
+        if not isinstance(count, int) or isinstance(count, bool) or count < 2:
+            raise refuse(f"header: {where}num_choices is {_shown(count)}; expected 2 or more", path)
 
 
 def _finite(value) -> bool:

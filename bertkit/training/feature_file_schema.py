@@ -116,6 +116,25 @@ COLUMNS = {
         Column("next_sentence", 0, 2, "1 where the second segment is a random one (MLM)"),
         Column("mask_positions", 0, "sequence_length", "masked piece positions (MLM)", ranks=(2,)),
         Column(
+            "position_ids",
+            0,
+            "sequence_length",
+            "each piece's position in its choice (multiple choice; sequence)",
+        ),
+        Column(
+            "choice_index",
+            0,
+            "sequence_length",
+            "each piece's choice, 1 to N (multiple choice; sequence)",
+        ),
+        Column(
+            "choice_starts",
+            0,
+            "sequence_length",
+            "each choice's [CLS] position (multiple choice)",
+            ranks=(2,),
+        ),
+        Column(
             "mask_ids", -1, "vocabulary", "the masked pieces' ids, -1 in unused slots (MLM)", (2,)
         ),
     )
@@ -145,6 +164,13 @@ STATE_FIELDS = (
     ),
     StateField("class_weights", "a list of finite numbers >= 0, one per label (tagging)"),
     StateField("null_score_threshold", "a finite number (span QA)"),
+    StateField("target_mean", "a finite number (regression)"),
+    StateField("target_std", "a finite number above 0 (regression)"),
+    StateField(
+        "num_choices",
+        "a whole number of at least 2 (multiple choice); without `labels`, the labels "
+        "column holds the right choice's index, below it",
+    ),
 )
 
 HEADER_FIELDS = {

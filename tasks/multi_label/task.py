@@ -153,10 +153,18 @@ class MultiLabelTask(Task):
         token_ids, segment_ids = self.tokenizer.encode(
             [e.text for e in examples], pairs, sequence_length=self.sequence_length
         )
-        return Features(
-            {"token_ids": token_ids, "segment_ids": segment_ids, "labels": self._targets(examples)},
+        return Features(  # 0/1 per label, not `labels`: a features file checks those as ids
+            {
+                "token_ids": token_ids,
+                "segment_ids": segment_ids,
+                "targets": self._targets(examples),
+            },
             example_index=np.arange(len(examples)),
         )
+
+    def make_batch(self, batch, training, rng):
+        inputs, _, _ = super().make_batch(batch, training, rng)
+        return inputs, batch.get("targets"), None
 
     def _targets(self, examples) -> np.ndarray:
         """(examples, labels) 0/1: an unknown label is the user's error, by file and line."""

@@ -58,5 +58,6 @@ class ChoiceFirstTokens(keras.layers.Layer):
     def call(self, sequence, starts):
         width, hidden = ops.shape(sequence)[1], ops.shape(sequence)[2]
         flat = ops.reshape(sequence, (-1, hidden))
+        starts = ops.clip(starts, 0, width - 1)  # never another row's, nor past the batch
         offsets = ops.expand_dims(ops.arange(ops.shape(starts)[0], dtype=starts.dtype), 1)
         return ops.take(flat, starts + offsets * ops.cast(width, starts.dtype), axis=0)

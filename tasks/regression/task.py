@@ -112,10 +112,15 @@ class RegressionTask(Task):
             {
                 "token_ids": token_ids,
                 "segment_ids": segment_ids,
-                "labels": np.array(targets, dtype=np.float32),
+                # not `labels`: a features file checks those as ids into the state's labels
+                "targets": np.array(targets, dtype=np.float32),
             },
             example_index=np.arange(len(examples)),
         )
+
+    def make_batch(self, batch, training, rng):
+        inputs, _, _ = super().make_batch(batch, training, rng)
+        return inputs, batch.get("targets"), None
 
     # ---- model
     def build_model(self, backbone):

@@ -19,24 +19,40 @@ import pytest
 import yaml
 
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
+from tests.test_long_documents import write_documents
+from tests.test_multiple_choice import CSQA_KEYS, questions, write_questions
 from tests.test_regression import write_scored_tsv
+
+# task -> (the recipe's task, its data keys, the files' suffix, what writes count rows)
+TASKS = {
+    "classification": ("classification", {"text": "sentence"}, "tsv", write_sentiment_tsv),
+    "regression": ("regression", {"text": "sentence", "label": "score"}, "tsv", write_scored_tsv),
+    "windows": (
+        {"name": "classification", "long_text": "windows", "window_stride": 4},
+        {},
+        "tsv",
+        write_documents,
+    ),
+    "multiple_choice": (
+        "multiple_choice",
+        CSQA_KEYS,
+        "jsonl",
+        lambda path, count, seed: write_questions(path, questions(count, seed)),
+    ),
+}
 
 
 def write_recipe(tmp_path, output, task="classification", **training):
     path = tmp_path / f"{output}.yaml"
-    label = {"label": "score"} if task == "regression" else {}
+    name, keys, suffix, _ = TASKS[task]
     path.write_text(
         yaml.safe_dump(
             {
                 "schema": 1,
-                "task": task,
-                "backbone": {"preset": "ckpt", "sequence_length": 32},
-                "data": {
-                    "train": "train.tsv",
-                    "validation": "dev.tsv",
-                    "text": "sentence",
-                    **label,
-                },
+                "task": name,
+                # windows: 14 pieces every 4 over texts of 17-21 (2-3 windows)
+                "backbone": {"preset": "ckpt", "sequence_length": 16 if task == "windows" else 32},
+                "data": {"train": f"train.{suffix}", "validation": f"dev.{suffix}", **keys},
                 "training": {"epochs": 3, "batch_size": 4, "learning_rate": 1e-3, **training},
                 "export": {"saved_model": False},  # (a JAX run's is a TensorFlow child process)
                 "output_dir": output,
@@ -89,14 +105,23 @@ def test_kill_9_mid_epoch_then_resume_a_regression(tmp_path):
     kill_9_mid_epoch_then_resume(tmp_path, task="regression")
 
 
+def test_kill_9_mid_epoch_then_resume_long_documents_in_windows(tmp_path):
+    kill_9_mid_epoch_then_resume(tmp_path, task="windows")
+
+
+def test_kill_9_mid_epoch_then_resume_a_multiple_choice_run_with_lora(tmp_path):
+    lora = {"rank": 4, "alpha": 8, "targets": ["query", "value"]}
+    kill_9_mid_epoch_then_resume(tmp_path, task="multiple_choice", training={"lora": lora})
+
+
 def kill_9_mid_epoch_then_resume(tmp_path, training=None, env=None, task="classification"):
     # 15 steps an epoch (60 rows, batches of 4), a checkpoint every 5: killed before step
     # 13 of epoch 2, the run resumes after its step 10 and does steps 11-13 again
     training = {"checkpoint_every_steps": 5, **(training or {})}
     write_tiny_checkpoint(tmp_path / "ckpt")
-    write_rows = write_scored_tsv if task == "regression" else write_sentiment_tsv
-    write_rows(tmp_path / "train.tsv", 60, seed=0)
-    write_rows(tmp_path / "dev.tsv", 40, seed=1)
+    _, _, suffix, write_rows = TASKS[task]
+    write_rows(tmp_path / f"train.{suffix}", 60, seed=0)
+    write_rows(tmp_path / f"dev.{suffix}", 40, seed=1)
     reference = finetune(write_recipe(tmp_path, "uninterrupted", task, **training), env=env)
 
     interrupted_recipe = write_recipe(tmp_path, "interrupted", task, **training)

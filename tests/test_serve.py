@@ -24,7 +24,9 @@ import bertkit
 from bertkit.cli import main as bertkit_main
 from bertkit.testing import write_sentiment_tsv, write_tiny_checkpoint
 from bertkit.testing.tiny import FILLER, NEGATIVE, POSITIVE
+from tests.test_long_documents import write_documents
 from tests.test_mlm import add_head_tensors, write_corpus
+from tests.test_multiple_choice import CSQA_KEYS, questions, write_questions
 from tests.test_span_qa import qa_lines, write_lines
 from tests.test_tagging import write_conll
 
@@ -32,7 +34,7 @@ pytest.importorskip("uvicorn", reason="bertkit serve's extra is part of the dev 
 
 from bertkit.serving.server import ServeOptions, serve  # noqa: E402
 
-TASKS = ("classification", "pairs", "tagging", "span_qa", "mlm")
+TASKS = ("classification", "pairs", "tagging", "span_qa", "mlm", "windows", "multiple_choice")
 
 
 # ---------------------------------------------------------------- runs and servers
@@ -42,6 +44,8 @@ def recipes(folder) -> dict:
     (folder / "pairs.tsv").write_text("premise\thypothesis\tlabel\n" + "\n".join(pairs) + "\n")
     write_conll(folder / "train.txt", 32, seed=0)
     write_lines(folder / "train.jsonl", qa_lines(16, seed=1))
+    write_documents(folder / "documents.tsv", 16)
+    write_questions(folder / "questions.jsonl", questions(16))
     common = {"schema": 1, "backbone": {"preset": str(folder / "ckpt"), "sequence_length": 32}}
     training = {"training": {"epochs": 1, "batch_size": 8, "learning_rate": 3e-3}}
     data = {"text": "sentence"}
@@ -65,6 +69,15 @@ def recipes(folder) -> dict:
         "span_qa": {
             "task": {"name": "span_qa", "version": "2.0", "max_query_length": 8, "doc_stride": 8},
             "data": {"train": str(folder / "train.jsonl")},
+        },
+        "windows": {
+            "task": {"name": "classification", "long_text": "windows", "window_stride": 6},
+            "backbone": {"preset": str(folder / "ckpt"), "sequence_length": 16},
+            "data": {"train": str(folder / "documents.tsv")},
+        },
+        "multiple_choice": {
+            "task": "multiple_choice",
+            "data": {"train": str(folder / "questions.jsonl"), **CSQA_KEYS},
         },
         "mlm": {
             "task": "mlm",
@@ -159,6 +172,17 @@ def inputs_of(task: str, count: int = 50, seed: int = 0) -> list:
             lambda: {"id": "q", "question": "what is it ?", "context": text(), "n_best": True},
         ],
         "mlm": [lambda: text() + " [MASK] .", lambda: [text() + " [MASK]", text()]],
+        "windows": [lambda: text(10, 50), lambda: {"text": text(10, 50)}],
+        "multiple_choice": [
+            lambda: {"question": text(2, 8), "choices": rng.sample(WORDS, 3)},
+            lambda: {
+                "question": text(2, 8),
+                "choices": [
+                    {"label": x, "text": w}
+                    for x, w in zip("ABC", rng.sample(WORDS, 3), strict=True)
+                ],
+            },
+        ],
     }[task]
     return [forms[i % len(forms)]() for i in range(count)]
 

@@ -48,7 +48,10 @@ optimizers are the same.
          (`dev_predictions_by_epoch`), the dev labels and, with `--test`, the kept model's
          test predictions and labels. `--regression` trains a numeric `label` (STS-B) as
          run_glue does: one output, `problem_type="regression"`, MSE on the raw targets, the
-         kept epoch by dev Spearman. `--eval-each-epoch` gives ner the
+         kept epoch by dev Spearman. `--multi-label` reads `label` as names joined by
+         commas: `problem_type="multi_label_classification"` (BCE), sigmoid probabilities
+         written per label (`labels` their order), the kept epoch by dev micro F1 at 0.5.
+         `--eval-each-epoch` gives ner the
          same per-epoch dev tags (`benchmarks/learning_curve.py`).
 
     choose: `BertForMultipleChoice` on CommonsenseQA JSON lines (`question.stem`,
@@ -414,8 +417,11 @@ def parameter_groups(model, weight_decay: float) -> list[dict]:
 
 
 @torch.no_grad()
-def predict(model, rows, collator, batch_size: int, keys) -> dict[str, list[np.ndarray]]:
-    """Per row, each output in `keys` cut to the row's own length (padding dropped)."""
+def predict(
+    model, rows, collator, batch_size: int, keys, per_token: bool = True
+) -> dict[str, list[np.ndarray]]:
+    """Per row, each output in `keys`; `per_token` outputs cut to the row's own length
+    (padding dropped)."""
     model.eval()
     outputs = {key: [] for key in keys}
     for first in range(0, len(rows), batch_size):
@@ -423,6 +429,9 @@ def predict(model, rows, collator, batch_size: int, keys) -> dict[str, list[np.n
         result = model(**collator(chunk))
         for key in keys:
             values = result[key].float().numpy()
+            if not per_token:
+                outputs[key] += list(values)
+                continue
             outputs[key] += [values[i, : len(row["input_ids"])] for i, row in enumerate(chunk)]
     return outputs
 
@@ -547,6 +556,15 @@ def run_classify(args, tokenizer) -> dict:
         model = transformers.BertForSequenceClassification.from_pretrained(
             args.model, num_labels=1, problem_type="regression"
         )
+    elif args.multi_label:  # `label`: names joined by commas; a 0/1 target per name
+        labels = args.label_names.split(",") if args.label_names else None
+        labels = labels or sorted(
+            {name for _, _, cell in rows["train"] for name in cell.split(",")}
+        )
+        target = lambda cell: [float(name in cell.split(",")) for name in labels]  # noqa: E731
+        model = transformers.BertForSequenceClassification.from_pretrained(
+            args.model, num_labels=len(labels), problem_type="multi_label_classification"
+        )
     else:
         labels = label_order(label for _, _, label in rows["train"])
         ids = {name: i for i, name in enumerate(labels)}
@@ -567,9 +585,12 @@ def run_classify(args, tokenizer) -> dict:
         ]
 
     def predictions(features):
-        logits = predict(model, features, collator, 2 * args.batch_size, ["logits"])["logits"]
+        logits = predict(model, features, collator, 2 * args.batch_size, ["logits"], False)
+        logits = logits["logits"]
         if args.regression:
             return [float(row[0]) for row in logits]
+        if args.multi_label:  # sigmoid probabilities, thresholds chosen by the caller
+            return [(1 / (1 + np.exp(-row))).round(6).tolist() for row in logits]
         return [int(np.argmax(row)) for row in logits]
 
     dev = encode("dev", with_labels=False)
@@ -579,7 +600,12 @@ def run_classify(args, tokenizer) -> dict:
     def after_epoch(epoch):
         by_epoch.append(predictions(dev))
         predicted, wanted = np.array(by_epoch[-1]), np.array(gold["dev"])
-        score = spearman(predicted, wanted) if args.regression else np.mean(predicted == wanted)
+        if args.regression:
+            score = spearman(predicted, wanted)
+        elif args.multi_label:  # micro F1 at 0.5, the kept epoch's score
+            score = micro_f1(wanted > 0.5, predicted > 0.5)
+        else:
+            score = np.mean(predicted == wanted)
         return keep is not None and keep(epoch, float(score))
 
     result = train(model, encode("train", with_labels=True), collator, args, after_epoch)
@@ -661,6 +687,12 @@ def read_questions(path) -> list[tuple[str, list[str], int]]:
                     (record["question"]["stem"], texts, labels.index(record["answerKey"]))
                 )
     return questions
+
+
+def micro_f1(gold: np.ndarray, predicted: np.ndarray) -> float:
+    """Micro F1 of 0/1 (examples, labels) arrays."""
+    hits = float(np.logical_and(gold, predicted).sum())
+    return 2 * hits / max(float(gold.sum() + predicted.sum()), 1.0)
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -899,6 +931,14 @@ def main():
     classify.add_argument("--text-pair", help="the second text's column (pair tasks)")
     classify.add_argument(
         "--regression", action="store_true", help="a numeric `label`: one output, MSE (STS-B)"
+    )
+    classify.add_argument(
+        "--multi-label",
+        action="store_true",
+        help="`label` holds names joined by commas: a sigmoid per name, BCE (GoEmotions)",
+    )
+    classify.add_argument(
+        "--label-names", help="--multi-label: every name, joined by commas (default: train's)"
     )
     choose = commands.add_parser("choose", help="multiple choice on CommonsenseQA JSON lines")
     choose.add_argument("--dev", required=True)

@@ -313,3 +313,51 @@ def print_table(title: str, scores: tuple[str, str], results: dict, digits: int)
         print(f"throughput ratio bertkit / reference: {ratio:.2f}x")
     load = ", ".join(f"{name} {result.get('other_cores_busy')}" for name, result in results.items())
     print(f"cores kept busy by other processes during each run (0 = undisturbed): {load}")
+
+
+# ---- resumable studies: one JSON line a finished run, rows x seeds
+def read_records(path: Path) -> list[dict]:
+    """The runs an earlier call of a study wrote to `path` (JSON lines), or none."""
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def run_seeds(args, records: list, rows: list, run, prefix: str, show) -> None:
+    """Runs every row of `rows` at every seed of `args.seeds` that `records` lacks, seed by
+    seed: `run(row, seed, folder)` returns its result, or a list of `(row, result)` when one
+    training gives several rows (the first is `row`). Each is appended to `records` and to
+    `args.out` as it ends, and printed with `show(record)`."""
+    import re
+    import tempfile
+
+    done = {(record["row"], record["seed"]) for record in records}
+    workdir = Path(tempfile.mkdtemp(prefix=f"bertkit-{prefix}-"))
+    for seed in args.seeds:
+        for row in rows:
+            if (row, seed) in done:
+                continue
+            folder = workdir / f"seed-{seed}" / re.sub(r"\W+", "-", row)
+            folder.mkdir(parents=True)
+            result = run(row, seed, folder)
+            for name, values in result if isinstance(result, list) else [(row, result)]:
+                record = {"row": name, "seed": seed, **values}
+                records.append(record)
+                with args.out.open("a") as handle:
+                    handle.write(json.dumps(record) + "\n")
+                print(f"{name}, seed {seed}: {show(record)}", flush=True)
+
+
+def training_settings(args, seed: int) -> dict:
+    """A bertkit recipe's `training:` keys of a study's shared budget."""
+    return {
+        "epochs": args.epochs,
+        "batch_size": args.batch_size,
+        "learning_rate": args.learning_rate,
+        "seed": seed,
+    }
+
+
+def mean_sd(values: list) -> str:
+    """`mean ± sd (each value)`, one decimal, as the studies' tables show a row's seeds."""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    each = ", ".join(f"{value:.1f}" for value in values)
+    return f"{statistics.mean(values):.1f} ± {sd:.1f} ({each})"

@@ -32,7 +32,17 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from common import PRESET, argument_parser, preset_folder, run_reference, timed
+from common import (
+    PRESET,
+    argument_parser,
+    mean_sd,
+    preset_folder,
+    read_records,
+    run_reference,
+    run_seeds,
+    timed,
+    training_settings,
+)
 
 import bertkit
 from bertkit_tasks.multi_label.label_sets import f1_scores, tuned_thresholds
@@ -63,12 +73,7 @@ def bertkit_row(args, seed: int, files: dict, workdir: Path) -> dict:
         "task": {"name": "multi_label", "tune_threshold": "global", "labels": args.names},
         "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
         "data": {**{split: str(path) for split, path in files.items()}, "label": "label"},
-        "training": {
-            "epochs": args.epochs,
-            "batch_size": args.batch_size,
-            "learning_rate": args.learning_rate,
-            "seed": seed,
-        },
+        "training": training_settings(args, seed),
     }
     result = {}
     with timed(result):
@@ -137,17 +142,12 @@ def report(records: list) -> None:
     print("| row | test micro F1 | test macro F1 | dev micro F1 | threshold | wall s |")
     print("|---|---|---|---|---|---|")
     for row, runs in rows.items():
-        micro = [100 * run["test_micro_f1"] for run in runs]
-        sd = statistics.stdev(micro) if len(micro) > 1 else 0.0
-        seeds = ", ".join(f"{value:.1f}" for value in micro)
+        micro = mean_sd([100 * run["test_micro_f1"] for run in runs])
         macro = statistics.mean(100 * run["test_macro_f1"] for run in runs)
         dev = statistics.mean(100 * run["dev_micro_f1"] for run in runs)
         thresholds = ", ".join(f"{run['threshold']:.2f}" for run in runs)
         wall = statistics.mean(run["wall_seconds"] for run in runs)
-        print(
-            f"| {row} | {statistics.mean(micro):.1f} ± {sd:.1f} ({seeds}) | {macro:.1f} "
-            f"| {dev:.1f} | {thresholds} | {wall:.0f} |"
-        )
+        print(f"| {row} | {micro} | {macro:.1f} | {dev:.1f} | {thresholds} | {wall:.0f} |")
 
 
 def main():
@@ -162,36 +162,24 @@ def main():
     parser.add_argument("--out", type=Path, required=True, help="JSON lines, one per row")
     parser.add_argument("--report", action="store_true", help="only print the table")
     args = parser.parse_args()
-    records = (
-        [json.loads(line) for line in args.out.read_text().splitlines()]
-        if args.out.exists()
-        else []
-    )
+    records = read_records(args.out)
     if not args.report:
         run_all(args, records)
     report(records)
 
 
 def run_all(args, records: list) -> None:
-    done = {(r["row"], r["seed"]) for r in records}
-    workdir = Path(tempfile.mkdtemp(prefix="bertkit-goemotions-"))
-    files = split_files(args, workdir)
-    for seed in args.seeds:
-        runs = []
-        if ("bertkit", seed) not in done:
-            folder = workdir / f"seed-{seed}" / "bertkit"
-            folder.mkdir(parents=True)
-            runs.append(("bertkit", bertkit_row(args, seed, files, folder)))
-        if not args.no_reference and (REFERENCE_ROWS[0], seed) not in done:
-            folder = workdir / f"seed-{seed}" / "transformers"
-            folder.mkdir(parents=True)
-            runs += reference_rows(args, seed, files, folder)
-        for row, result in runs:
-            record = {"row": row, "seed": seed, "train_size": args.train_size, **result}
-            records.append(record)
-            with args.out.open("a") as handle:
-                handle.write(json.dumps(record) + "\n")
-            print(f"{row}, seed {seed}: test micro F1 {record['test_micro_f1']:.4f}", flush=True)
+    files = split_files(args, Path(tempfile.mkdtemp(prefix="bertkit-goemotions-data-")))
+    rows = ["bertkit"] + ([] if args.no_reference else [REFERENCE_ROWS[0]])
+
+    def run(row: str, seed: int, folder: Path):
+        if row == "bertkit":
+            return {"train_size": args.train_size, **bertkit_row(args, seed, files, folder)}
+        both = reference_rows(args, seed, files, folder)  # one training, both thresholds
+        return [(name, {"train_size": args.train_size, **result}) for name, result in both]
+
+    show = lambda r: f"test micro F1 {r['test_micro_f1']:.4f}"  # noqa: E731
+    run_seeds(args, records, rows, run, "goemotions", show)
 
 
 if __name__ == "__main__":

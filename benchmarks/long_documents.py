@@ -31,7 +31,17 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from common import PRESET, argument_parser, preset_folder, run_reference, timed
+from common import (
+    PRESET,
+    argument_parser,
+    mean_sd,
+    preset_folder,
+    read_records,
+    run_reference,
+    run_seeds,
+    timed,
+    training_settings,
+)
 
 import bertkit
 
@@ -69,12 +79,7 @@ def bertkit_row(args, setting: str, seed: int, files: dict, workdir: Path) -> di
         "task": {"name": "classification", **SETTINGS[setting]},
         "backbone": {"preset": PRESET, "sequence_length": args.sequence_length},
         "data": {split: str(path) for split, path in files.items()},
-        "training": {
-            "epochs": args.epochs,
-            "batch_size": args.batch_size,
-            "learning_rate": args.learning_rate,
-            "seed": seed,
-        },
+        "training": training_settings(args, seed),
     }
     result = {}
     with timed(result):
@@ -144,17 +149,12 @@ def report(records: list) -> None:
     print("| row | test accuracy | test macro F1 | validation | rows an epoch | wall s |")
     print("|---|---|---|---|---|---|")
     for row, runs in rows.items():
-        tests = [100 * run["test_accuracy"] for run in runs]
-        sd = statistics.stdev(tests) if len(tests) > 1 else 0.0
-        seeds = ", ".join(f"{value:.1f}" for value in tests)
+        tests = mean_sd([100 * run["test_accuracy"] for run in runs])
         f1 = statistics.mean(100 * run["test_macro_f1"] for run in runs)
         valid = statistics.mean(100 * run["validation_accuracy"] for run in runs)
         rows_seen = runs[0].get("rows_per_epoch") or "as truncate"
         wall = statistics.mean(run["wall_seconds"] for run in runs)
-        print(
-            f"| {row} | {statistics.mean(tests):.1f} ± {sd:.1f} ({seeds}) | {f1:.1f} "
-            f"| {valid:.1f} | {rows_seen} | {wall:.0f} |"
-        )
+        print(f"| {row} | {tests} | {f1:.1f} | {valid:.1f} | {rows_seen} | {wall:.0f} |")
 
 
 def main():
@@ -172,36 +172,24 @@ def main():
     parser.add_argument("--out", type=Path, required=True, help="JSON lines, one per run")
     parser.add_argument("--report", action="store_true", help="only print the table")
     args = parser.parse_args()
-    records = (
-        [json.loads(line) for line in args.out.read_text().splitlines()]
-        if args.out.exists()
-        else []
-    )
+    records = read_records(args.out)
     if not args.report:
         run_all(args, records)
     report(records)
 
 
 def run_all(args, records: list) -> None:
-    done = {(r["row"], r["seed"]) for r in records}
-    workdir = Path(tempfile.mkdtemp(prefix="bertkit-bbc-"))
-    files = split_files(args, workdir)
+    files = split_files(args, Path(tempfile.mkdtemp(prefix="bertkit-bbc-data-")))
     rows = [f"bertkit, {s}" for s in args.settings] + ([] if args.no_reference else [REFERENCE])
-    for seed in args.seeds:
-        for row in rows:
-            if (row, seed) in done:
-                continue
-            folder = workdir / f"seed-{seed}" / re.sub(r"\W+", "-", row)
-            folder.mkdir(parents=True)
-            if row == REFERENCE:
-                result = reference_row(args, seed, files, folder)
-            else:
-                result = bertkit_row(args, row.removeprefix("bertkit, "), seed, files, folder)
-            record = {"row": row, "seed": seed, "train_size": args.train_size, **result}
-            records.append(record)
-            with args.out.open("a") as handle:
-                handle.write(json.dumps(record) + "\n")
-            print(f"{row}, seed {seed}: test {record['test_accuracy']:.4f}", flush=True)
+
+    def run(row: str, seed: int, folder: Path) -> dict:
+        if row == REFERENCE:
+            result = reference_row(args, seed, files, folder)
+        else:
+            result = bertkit_row(args, row.removeprefix("bertkit, "), seed, files, folder)
+        return {"train_size": args.train_size, **result}
+
+    run_seeds(args, records, rows, run, "bbc", lambda r: f"test {r['test_accuracy']:.4f}")
 
 
 if __name__ == "__main__":

@@ -24,15 +24,10 @@ def packed_training_model(model, backbone):
     names = ("token_ids", "segment_ids", "padding_mask", "position_ids", "sequence_index")
     inputs = {name: keras.Input(shape=(None,), dtype="int32", name=name) for name in names}
     inputs["first_token_index"] = keras.Input(shape=(), dtype="int32", name="first_token_index")
-    tokens = backbone.token_embedding(inputs["token_ids"])
-    positions = PositionsById(backbone.position_embedding)(inputs["position_ids"])
-    segments = backbone.segment_embedding(inputs["segment_ids"])
-    x = backbone.embeddings_add((tokens, positions, segments))
-    x = backbone.embeddings_layer_norm(x)
-    x = backbone.embeddings_dropout(x)
-    mask = SameSequenceMask()(inputs["sequence_index"])
-    for layer in backbone.transformer_layers:
-        x = layer(x, padding_mask=inputs["padding_mask"], attention_mask=mask)
+    positions = PositionsById(backbone.position_embedding)
+    x = packed_sequence_output(
+        backbone, inputs, lambda tokens: positions(inputs["position_ids"]), "sequence_index"
+    )
     head_inputs, head_outputs = [backbone.output["sequence_output"]], [x]
     if backbone.pooled_dense in model.layers:  # the head reads [CLS] (else no pooler)
         head_inputs.append(backbone.output["pooled_output"])
@@ -40,6 +35,23 @@ def packed_training_model(model, backbone):
     head = keras.Model(head_inputs, model.output, name=f"{model.name}_head")
     outputs = head(head_outputs)
     return keras.Model(inputs, outputs, name=f"{model.name}_packed")
+
+
+def packed_sequence_output(backbone, inputs: dict, positions_of, sequence_index: str):
+    """The backbone's encoder over packed rows, with its own layers: `inputs`' `token_ids`,
+    `segment_ids` and `padding_mask`, each token's position vector `positions_of(token
+    embeddings)`, and attention only inside a sequence (`inputs[sequence_index]`: 1, 2, ...
+    per sequence, 0 for padding). Packed training and multiple choice's rows of choices
+    (`bertkit_tasks.multiple_choice.model`) both read it."""
+    tokens = backbone.token_embedding(inputs["token_ids"])
+    segments = backbone.segment_embedding(inputs["segment_ids"])
+    x = backbone.embeddings_add((tokens, positions_of(tokens), segments))
+    x = backbone.embeddings_layer_norm(x)
+    x = backbone.embeddings_dropout(x)
+    mask = SameSequenceMask()(inputs[sequence_index])
+    for layer in backbone.transformer_layers:
+        x = layer(x, padding_mask=inputs["padding_mask"], attention_mask=mask)
+    return x
 
 
 class PositionsById(keras.layers.Layer):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-from bertkit.model.packed_backbone import SameSequenceMask
+from bertkit.model.packed_backbone import packed_sequence_output
 from bertkit.task import head_initializer
 
 SEQUENCE_INPUTS = ("token_ids", "segment_ids", "padding_mask", "position_ids", "choice_index")
@@ -25,17 +25,11 @@ def choice_model(backbone, dropout: float):
         name: keras.Input(shape=(None,), dtype="int32", name=name) for name in SEQUENCE_INPUTS
     }
     inputs["choice_starts"] = keras.Input(shape=(None,), dtype="int32", name="choice_starts")
-    tokens = backbone.token_embedding(inputs["token_ids"])
     # the layer itself is called (its table rows 0..width-1), so that it stays one of the
     # model's layers under its name, where the transformers export looks for it
-    positions = TakeRows()(backbone.position_embedding(tokens), inputs["position_ids"])
-    segments = backbone.segment_embedding(inputs["segment_ids"])
-    x = backbone.embeddings_add((tokens, positions, segments))
-    x = backbone.embeddings_layer_norm(x)
-    x = backbone.embeddings_dropout(x)
-    mask = SameSequenceMask()(inputs["choice_index"])
-    for layer in backbone.transformer_layers:
-        x = layer(x, padding_mask=inputs["padding_mask"], attention_mask=mask)
+    take = TakeRows()
+    positions_of = lambda tokens: take(backbone.position_embedding(tokens), inputs["position_ids"])  # noqa: E731
+    x = packed_sequence_output(backbone, inputs, positions_of, "choice_index")
     pooled = backbone.pooled_dense(ChoiceFirstTokens()(x, inputs["choice_starts"]))
     pooled = keras.layers.Dropout(dropout, name="chooser_dropout")(pooled)
     scores = keras.layers.Dense(1, name="chooser", kernel_initializer=head_initializer())(pooled)

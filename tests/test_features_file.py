@@ -256,11 +256,15 @@ DAMAGES = {
     "a-text-that-is-a-number": (_numeric_text, "validation example 3: text is 5, not a text"),
     "fewer-examples-than-rows": (
         _one_example_less,
-        "validation/example_index holds 8 rows for 7 stored validation examples",
+        "validation/example_index holds rows of 8 validation examples for 7 stored",
     ),
     "more-examples-than-rows": (
         _one_example_more,
-        "validation/example_index holds 8 rows for 9 stored validation examples",
+        "validation/example_index holds rows of 8 validation examples for 9 stored",
+    ),
+    "example-index-out-of-order": (
+        _set("validation/example_index", 3, 5),
+        "validation/example_index row 3 holds 5; expected each stored validation example's",
     ),
     "a-member-named-out-of-the-archive": (
         _traversing_member,
@@ -513,7 +517,7 @@ def _long_document_data(folder: Path) -> dict:
         ("regression", _regression_data, {}),
         ("multi_label", _multi_label_data, {}),
         ("multiple_choice", _multiple_choice_data, {}),
-        ("classification", _long_document_data, {"long_text": "windows"}),
+        ("classification", _long_document_data, {"long_text": "windows", "window_stride": 4}),
     ],
 )
 def test_every_tasks_features_file_reads_back_as_written(tmp_path, task, data, options):
@@ -526,7 +530,11 @@ def test_every_tasks_features_file_reads_back_as_written(tmp_path, task, data, o
     spec = {
         "schema": 1,
         "task": {"name": task, **options},
-        "backbone": {"preset": str(tmp_path / "ckpt"), "sequence_length": 32},
+        # windows: 14 pieces every 4 over texts of 17-21, 2-3 rows a validation example
+        "backbone": {
+            "preset": str(tmp_path / "ckpt"),
+            "sequence_length": 16 if "long_text" in options else 32,
+        },
         "data": {
             name: str(tmp_path / value) if name in ("train", "validation") else value
             for name, value in files.items()
@@ -541,6 +549,8 @@ def test_every_tasks_features_file_reads_back_as_written(tmp_path, task, data, o
         pairs.append((stored.validation, made.validation_features))
     if task in ("tagging", "mlm", "span_qa"):
         assert len(pairs) == (2 if task == "mlm" else 1)
+    if "long_text" in options:  # kept, with several rows an example
+        assert len(stored.validation) > len(set(stored.validation.example_index.tolist()))
     for got, written in pairs:
         for name, column in written.columns.items():
             rows = got.columns[name]

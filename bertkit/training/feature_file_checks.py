@@ -266,19 +266,25 @@ def _outside(spec, value, low: int, high: int) -> str:
 
 
 def check_example_index(index: np.ndarray, name: str, split: str, examples: int | None, path):
-    """-1 for rows of no example; the validation split's rows are its examples, in order."""
+    """-1 for rows of no example; the validation split's rows are its examples' in order, one
+    or more an example (windows): 0, then each the same as the one before or one more, up to
+    the last stored example."""
     if split == "validation" and not (index == -1).all():
-        expected = np.arange(len(index))
-        if examples != len(index):
+        steps = np.diff(index)
+        wrong = np.concatenate([[index[0] != 0], (steps != 0) & (steps != 1)])
+        if wrong.any():
+            row = int(np.flatnonzero(wrong)[0])
             raise refuse(
-                f"{name} holds {len(index)} rows for {examples} stored validation examples; "
-                "expected one row per example",
+                f"{name} row {row} holds {index[row]}; expected each stored validation "
+                "example's rows in turn (0, then the same or one more)",
                 path,
             )
-        bad = np.flatnonzero(index != expected)
-        if bad.size:
-            row = int(bad[0])
-            raise refuse(f"{name} row {row} holds {index[row]}; expected {row}", path)
+        if examples != int(index[-1]) + 1:
+            raise refuse(
+                f"{name} holds rows of {int(index[-1]) + 1} validation examples for "
+                f"{examples} stored; expected one or more rows per example",
+                path,
+            )
     bad = np.flatnonzero(index < -1)
     if bad.size:
         raise refuse(f"{name} row {int(bad[0])} holds {index[bad[0]]}; expected -1 or more", path)

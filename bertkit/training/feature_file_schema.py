@@ -77,7 +77,8 @@ MEMBERS = (
         "rows",
         "int64",
         "the example each row came from: -1 for rows of no single example; in the "
-        "validation split 0, 1, ... (one row per stored example) or all -1",
+        "validation split each stored example's rows in turn (0, then the same or one "
+        "more) or all -1",
     ),
 )
 

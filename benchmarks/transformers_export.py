@@ -1,6 +1,7 @@
 """`bertkit export --format transformers` checked by transformers itself: decoded outputs on dev.
 
-For SST-2 classification, CoNLL-2003 tagging and SQuAD v1.1 span QA, a tiny fine-tuning run
+For SST-2 classification, CoNLL-2003 tagging, SQuAD v1.1 span QA and CommonsenseQA multiple
+choice, a tiny fine-tuning run
 (the MiniLM checkpoint, a few hundred training examples, `--epochs` (3); an existing finished run in
 `--workdir` is reused) is exported with `bertkit export RUN --format transformers`, and the
 folder is loaded by transformers' own pipelines in the reference interpreter (`--python`,
@@ -13,7 +14,10 @@ torch + transformers; bertkit never imports torch). Both answer the same dev exa
   entities (type, start, end) against bertkit's;
 - span QA: `pipeline("question-answering", max_answer_len=30, max_seq_len=384,
   max_question_len=64)`'s answer text against bertkit's. Only SQuAD's dev files are here:
-  the first `--train` questions train, the next `--examples` are compared.
+  the first `--train` questions train, the next `--examples` are compared;
+- multiple choice (transformers has no pipeline for it): `AutoModelForMultipleChoice` on
+  each question's `(question, choice)` pairs cut at the export's `choice_length`, the argmax
+  choice against bertkit's answer.
 
 Prints a Markdown table: per task, the examples whose decoded output is identical.
 """
@@ -63,7 +67,23 @@ def answer(folder, question, context):
                 if i <= j < i + 30 and starts[i] + ends[j] > best[0]:
                     best = (starts[i] + ends[j], context[offsets[w][i][0]:offsets[w][j][1]])
     return best[1]
+def choose(folder, max_length, question, choices):
+    # transformers has no multiple-choice pipeline: run_swag's inputs, the argmax choice
+    from transformers import AutoModelForMultipleChoice
+    if folder not in loaded:
+        loaded[folder] = (AutoTokenizer.from_pretrained(folder),
+                          AutoModelForMultipleChoice.from_pretrained(folder).eval())
+    tokenizer, model = loaded[folder]
+    rows = tokenizer([question] * len(choices), choices, truncation=True,
+                     max_length=max_length, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**{k: v[None] for k, v in rows.items()}).logits[0]
+    return choices[int(logits.argmax())]
 for name, job in jobs.items():
+    if job["pipeline"] == "":
+        results[name] = [choose(job["folder"], job["max_length"], i["question"], i["choices"])
+                         for i in job["inputs"]]
+        continue
     if job["pipeline"] != "question-answering":
         pipe = pipeline(job["pipeline"], model=job["folder"], device="cpu")
     if job["pipeline"] == "text-classification":
@@ -107,8 +127,17 @@ def prepare(data: Path, workdir: Path, train: int, examples: int, epochs: int) -
     write_first_sentences(data / "conll2003" / "dev.txt", conll["validation"], examples)
     squad = {"train": workdir / "squad-train.json", "validation": workdir / "squad-dev.json"}
     split_questions(data / "squad" / "dev-v1.1.json", [train, examples], list(squad.values()))
+    csqa = {"train": workdir / "csqa-train.jsonl", "validation": workdir / "csqa-dev.jsonl"}
+    for name, source, count in (
+        ("train", "train_rand_split.jsonl", train),
+        ("validation", "dev_rand_split.jsonl", examples),
+    ):
+        lines = (data / "commonsenseqa" / source).read_text(encoding="utf-8").splitlines()
+        csqa[name].write_text("\n".join(lines[:count]) + "\n", encoding="utf-8")
+    choice_keys = {"question": "question.stem", "choices": "question.choices", "label": "answerKey"}
     sentences = read_conll(conll["validation"])
     questions, _ = read_squad(squad["validation"])
+    asked = [json.loads(line)["question"] for line in csqa["validation"].read_text().splitlines()]
     return {
         "SST-2 classification": (
             recipe("classification", {**_paths(sst2), "text": "sentence"}, 64, 16, epochs),
@@ -121,6 +150,10 @@ def prepare(data: Path, workdir: Path, train: int, examples: int, epochs: int) -
         "SQuAD v1.1 span QA": (
             recipe({"name": "span_qa", "version": "1.1"}, _paths(squad), 384, 16, epochs),
             [[question.question, question.context] for question in questions],
+        ),
+        "CommonsenseQA multiple choice": (
+            recipe("multiple_choice", {**_paths(csqa), **choice_keys}, 126, 16, epochs),
+            [{"question": q["stem"], "choices": [c["text"] for c in q["choices"]]} for q in asked],
         ),
     }
 
@@ -141,6 +174,8 @@ def bertkit_answers(run_dir: Path, inputs: list) -> list:
     """bertkit's decoded outputs, in the form the comparison reads."""
     predictions = bertkit.load(run_dir).predict(inputs)
     first = predictions[0]
+    if "choice" in first:
+        return [p["answer"] for p in predictions]
     if "label" in first:  # and the top label's probability, compared to the last digits
         return [p["label"] for p in predictions], [p["score"] for p in predictions]
     if "entities" in first:
@@ -164,7 +199,12 @@ def main() -> None:
             subprocess.run(["rm", "-r", str(folder)], check=True)
         export = export_transformers(run_dir, folder)
         print(export.summary, flush=True)
-        jobs[name] = {"pipeline": export.head.pipeline, "folder": str(folder), "inputs": inputs}
+        jobs[name] = {
+            "pipeline": export.head.pipeline,
+            "folder": str(folder),
+            "inputs": inputs,
+            "max_length": export.head.settings.get("choice_length"),
+        }
         ours[name] = bertkit_answers(run_dir, inputs)
         if isinstance(ours[name], tuple):
             ours[name], scores[name] = ours[name]
@@ -177,6 +217,7 @@ def main() -> None:
         "SST-2": "label",
         "CoNLL-2003": "entities (type, start, end)",
         "SQuAD": "answer text",
+        "CommonsenseQA": "the chosen answer (transformers: `AutoModelForMultipleChoice`, argmax)",
     }
     print("| task | dev examples | identical decoded outputs | what is compared |")
     print("|---|---:|---:|---|")

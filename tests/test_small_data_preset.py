@@ -38,7 +38,16 @@ def spec(task="tagging", **training) -> dict:
 
 @pytest.mark.parametrize(
     "task",
-    ["classification", "embedding", "mlm", "multi_label", "regression", "span_qa", "tagging"],
+    [
+        "classification",
+        "embedding",
+        "mlm",
+        "multi_label",
+        "multiple_choice",
+        "regression",
+        "span_qa",
+        "tagging",
+    ],
 )
 def test_the_preset_expands_for_every_task(task):
     recipe = load_recipe(spec(task, preset="small_data"))

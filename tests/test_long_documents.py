@@ -10,7 +10,12 @@ import pytest
 
 import bertkit
 from bertkit.errors import UserError
-from bertkit.testing import run_bertkit, run_task_contract_test, write_tiny_checkpoint
+from bertkit.testing import (
+    run_bertkit,
+    run_task_contract_test,
+    serve_in_fresh_process,
+    write_tiny_checkpoint,
+)
 from bertkit.testing.tiny import FILLER, NEGATIVE, POSITIVE
 
 SEQUENCE_LENGTH = 16  # windows of 14 word pieces
@@ -107,6 +112,11 @@ def test_predict_and_the_saved_model_combine_the_windows(documents):
     mixed = run_bertkit("predict", documents / "served", input=f"{texts[0]}\n{too_long}")
     answers = [json.loads(line) for line in mixed.stdout.splitlines()]
     assert "label" in answers[0] and "task.max_windows = 5" in answers[1]["error"], answers
+    served = serve_in_fresh_process(documents / "served" / "saved_model", {"text": texts})
+    assert served["label"] == [p["label"] for p in expected]
+    np.testing.assert_allclose(served["score"], [p["score"] for p in expected], atol=1e-4)
+    with pytest.raises(AssertionError, match="more windows than task.max_windows = 5"):
+        serve_in_fresh_process(documents / "served" / "saved_model", {"text": [too_long]})
 
 
 def test_a_document_over_max_windows_is_one_line_exit_2(documents, tmp_path):

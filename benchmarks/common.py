@@ -361,3 +361,16 @@ def mean_sd(values: list) -> str:
     sd = statistics.stdev(values) if len(values) > 1 else 0.0
     each = ", ".join(f"{value:.1f}" for value in values)
     return f"{statistics.mean(values):.1f} ± {sd:.1f} ({each})"
+
+
+def study_arguments(parser, batch_size: int) -> argparse.ArgumentParser:
+    """The options every resumable study takes: seeds, the shared budget (3 epochs, lr 5e-5,
+    `batch_size`), `--no-reference`, `--out` (JSON lines) and `--report`."""
+    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=batch_size)
+    parser.add_argument("--learning-rate", type=float, default=5e-5)
+    parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--out", type=Path, required=True, help="JSON lines, one per run")
+    parser.add_argument("--report", action="store_true", help="only print the table")
+    return parser

@@ -40,6 +40,7 @@ from common import (
     read_records,
     run_reference,
     run_seeds,
+    study_arguments,
     timed,
     training_settings,
 )
@@ -153,15 +154,8 @@ def report(records: list) -> None:
 def main():
     parser = argument_parser(__doc__, "the folder holding goemotions/")
     parser.add_argument("--train-size", type=int, default=None, help="first N comments")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[42, 1, 2])
     parser.add_argument("--sequence-length", type=int, default=64)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--learning-rate", type=float, default=5e-5)
-    parser.add_argument("--no-reference", action="store_true")
-    parser.add_argument("--out", type=Path, required=True, help="JSON lines, one per row")
-    parser.add_argument("--report", action="store_true", help="only print the table")
-    args = parser.parse_args()
+    args = study_arguments(parser, batch_size=32).parse_args()
     records = read_records(args.out)
     if not args.report:
         run_all(args, records)

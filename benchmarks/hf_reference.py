@@ -557,10 +557,8 @@ def run_classify(args, tokenizer) -> dict:
             args.model, num_labels=1, problem_type="regression"
         )
     elif args.multi_label:  # `label`: names joined by commas; a 0/1 target per name
-        labels = args.label_names.split(",") if args.label_names else None
-        labels = labels or sorted(
-            {name for _, _, cell in rows["train"] for name in cell.split(",")}
-        )
+        seen = {name for _, _, cell in rows["train"] for name in cell.split(",")}
+        labels = args.label_names.split(",") if args.label_names else sorted(seen)
         target = lambda cell: [float(name in cell.split(",")) for name in labels]  # noqa: E731
         model = transformers.BertForSequenceClassification.from_pretrained(
             args.model, num_labels=len(labels), problem_type="multi_label_classification"
